@@ -1,0 +1,286 @@
+"""Pool configuration: parsed once from YAML into typed, validated, immutable objects.
+
+The schema is the one in DESIGN.md ("Interfaces"); the Helm chart renders the same keys
+into a ConfigMap, and `tests/test_chart.py` loads the rendered file with `load_config`, so
+chart and code cannot drift. Keys are camelCase with the unit in the name; every field
+that is not required has a default next to it. Unknown keys are errors: a typo such as
+`waitingPerReplicas` must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# KEDA metric names and Kubernetes object names: lowercase DNS-1123 labels.
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_DNS_RE = re.compile(DNS_LABEL)
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Name = Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used. The message names the file and the key."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: " + "; ".join(problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TLSConfig(_Model):
+    """TLS for the KEDA-facing gRPC port. Files are PEM, re-read when they change."""
+
+    certFile: str
+    keyFile: str
+    clientCAFile: str | None = None  # set → mTLS: clients must present a cert signed by it
+
+
+class ServerConfig(_Model):
+    grpcPort: Port = 50051  # KEDA-facing ExternalScaler (+ grpc.health.v1)
+    metricsPort: Port = 8080  # own /metrics, /healthz, /readyz
+    tls: TLSConfig | None = None  # absent → plaintext gRPC
+
+
+class NodeCapacity(_Model):
+    """Capacity read live from Kubernetes nodes."""
+
+    labelSelector: str = ""  # nodes of the pool, e.g. "gpu-pool=shared"; "" = all nodes
+    resource: str = "nvidia.com/gpu"  # extended resource counted as GPUs
+    subtractForeignPods: bool = False  # subtract GPUs requested by pods of neither pool side
+
+
+class CapacityConfig(_Model):
+    gpus: Annotated[int, Field(ge=0)] | None = None  # static capacity (GPUs)
+    nodes: NodeCapacity | None = None  # or: live from nodes
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CapacityConfig:
+        if (self.gpus is None) == (self.nodes is None):
+            raise ValueError("set exactly one of 'gpus' (static) or 'nodes' (from Kubernetes)")
+        return self
+
+
+class AdaptiveReserve(_Model):
+    """Extra reserve sized from recent inference demand growth."""
+
+    enabled: bool = False
+    windowSeconds: Annotated[float, Field(gt=0)] = 3600.0  # trailing window of demand history
+    leadTimeSeconds: Annotated[float, Field(gt=0)] = 300.0  # reclaim latency to cover
+    maxGPUs: Annotated[int, Field(ge=0)] = 16  # cap on the adaptive part
+
+
+class PoolConfig(_Model):
+    name: Name  # required
+    capacity: CapacityConfig
+    reserveGPUs: Annotated[int, Field(ge=0)] = 0  # floor of GPUs always kept free
+    adaptiveReserve: AdaptiveReserve = AdaptiveReserve()
+
+
+class ScrapeConfig(_Model):
+    intervalSeconds: Annotated[float, Field(gt=0, le=3600)] = 5.0  # control-loop period
+    timeoutSeconds: Annotated[float, Field(gt=0)] = 2.0  # per-target deadline (connect+read)
+    staleAfterSeconds: Annotated[float, Field(gt=0)] = 30.0  # older data = missing data
+    maxConcurrency: Annotated[int, Field(ge=1)] = 64  # targets scraped at once
+    maxBodyBytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024  # larger response = failed
+    bearerTokenFile: str | None = None  # sent as Authorization: Bearer (re-read per cycle)
+    scheme: Literal["http", "https"] = "http"
+    caFile: str | None = None  # CA bundle for https targets
+    insecureSkipVerify: bool = False
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ScrapeConfig:
+        if self.timeoutSeconds > self.intervalSeconds:
+            raise ValueError(
+                "timeoutSeconds must not exceed intervalSeconds "
+                f"({self.timeoutSeconds} > {self.intervalSeconds}): a cycle would overrun"
+            )
+        if self.staleAfterSeconds < self.intervalSeconds:
+            raise ValueError(
+                "staleAfterSeconds must be at least intervalSeconds "
+                f"({self.staleAfterSeconds} < {self.intervalSeconds}): every sample would be stale"
+            )
+        return self
+
+
+class KubernetesTargets(_Model):
+    """Targets discovered from Kubernetes: pods by label selector, or a Service's EndpointSlices."""
+
+    labelSelector: str | None = None  # pods matching it in `namespace`
+    service: str | None = None  # or: EndpointSlices of this Service
+    port: Port = 8000  # port of /metrics on each pod
+    namespace: str | None = None  # default: the inference service's namespace
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> KubernetesTargets:
+        if (self.labelSelector is None) == (self.service is None):
+            raise ValueError("set exactly one of 'labelSelector' (pods) or 'service' (EndpointSlices)")
+        return self
+
+
+class Targets(_Model):
+    static: list[str] | None = None  # "host:port" of each replica's /metrics
+    kubernetes: KubernetesTargets | None = None
+    metricsPath: str = "/metrics"
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Targets:
+        if (self.static is None) == (self.kubernetes is None):
+            raise ValueError("set exactly one of 'static' or 'kubernetes'")
+        for i, t in enumerate(self.static or ()):
+            host, sep, port = t.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise ValueError(f"static[{i}] {t!r} is not host:port")
+        return self
+
+
+class Thresholds(_Model):
+    """Per-replica targets of each signal. A signal whose threshold is 0 or absent is off."""
+
+    waitingPerReplica: Annotated[float, Field(ge=0)] = 0.0  # queued requests per ready replica
+    kvCacheUsage: Annotated[float, Field(ge=0, le=1)] = 0.0  # KV-cache fraction (0-1)
+    runningPerReplica: Annotated[float, Field(ge=0)] = 0.0  # running requests per replica
+    tokensPerSecondPerReplica: Annotated[float, Field(ge=0)] = 0.0  # prompt+generation tok/s
+    kvCacheAggregation: Literal["mean", "max"] = "mean"  # across replicas
+
+    @model_validator(mode="after")
+    def _one_on(self) -> Thresholds:
+        if not any(
+            (
+                self.waitingPerReplica,
+                self.kvCacheUsage,
+                self.runningPerReplica,
+                self.tokensPerSecondPerReplica,
+            )
+        ):
+            raise ValueError("at least one threshold must be > 0, or the service never scales")
+        return self
+
+
+# Used when a service has no `thresholds:` block at all (llm-d's saturation levels).
+DEFAULT_THRESHOLDS = Thresholds(waitingPerReplica=5.0, kvCacheUsage=0.8)
+
+
+class ScaleUp(_Model):
+    maxStepReplicas: Annotated[int, Field(ge=0)] = 0  # max replicas added per decision; 0 = no cap
+
+
+class ScaleDown(_Model):
+    stabilizationSeconds: Annotated[float, Field(ge=0)] = 300.0  # all signals low this long
+    maxStepReplicas: Annotated[int, Field(ge=1)] = 1  # replicas removed per step
+    stepSeconds: Annotated[float, Field(ge=0)] = 60.0  # min time between scale-down steps
+
+
+class InferenceService(_Model):
+    name: Name  # required; the ScaledObject trigger's `service` metadata
+    namespace: str = "default"
+    engine: Literal["vllm", "sglang", "tgi"] = "vllm"
+    model: str | None = None  # select one `model_name` when a pod serves several
+    gpusPerReplica: Annotated[int, Field(ge=1)]  # required
+    minReplicas: Annotated[int, Field(ge=0)] = 1
+    maxReplicas: Annotated[int, Field(ge=1)] = 16
+    targets: Targets
+    thresholds: Thresholds = DEFAULT_THRESHOLDS
+    scaleUp: ScaleUp = ScaleUp()
+    scaleDown: ScaleDown = ScaleDown()
+    coldStartSeconds: Annotated[float, Field(ge=0)] = 180.0  # model load time of a new replica
+
+    @model_validator(mode="after")
+    def _bounds(self) -> InferenceService:
+        if self.minReplicas > self.maxReplicas:
+            raise ValueError(
+                f"minReplicas ({self.minReplicas}) is greater than maxReplicas ({self.maxReplicas})"
+            )
+        return self
+
+
+class ResearchClass(_Model):
+    name: Name  # required; the ScaledJob trigger's `researchClass` metadata
+    gpusPerJob: Annotated[int, Field(ge=1)]  # required
+    weight: Annotated[float, Field(gt=0)] = 1.0  # share of headroom among classes of a priority
+    priority: int = 0  # higher priority classes are served first
+    maxJobs: Annotated[int, Field(ge=0)] = 32  # cap on this class's slots
+
+
+class Config(_Model):
+    server: ServerConfig = ServerConfig()
+    pool: PoolConfig
+    scrape: ScrapeConfig = ScrapeConfig()
+    inference: list[InferenceService] = []
+    research: list[ResearchClass] = []
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Config:
+        for section, items in (("inference", self.inference), ("research", self.research)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"{section}: duplicate name {item.name!r}")
+                seen.add(item.name)
+        if not self.inference and not self.research:
+            raise ValueError("nothing to scale: add at least one 'inference' or 'research' entry")
+        return self
+
+    def service(self, name: str) -> InferenceService | None:
+        return next((s for s in self.inference if s.name == name), None)
+
+    def research_class(self, name: str) -> ResearchClass | None:
+        return next((r for r in self.research if r.name == name), None)
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.startswith(("function-after", "function-before")):
+            continue  # pydantic's validator frames: not a key the user wrote
+        else:
+            out += ("." if out else "") + part
+    return out or "(top level)"
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    """Validate already-loaded YAML data. Raises ConfigError naming source and keys."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, ["top level must be a mapping (server, pool, scrape, ...)"])
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{_loc(err['loc'])}: {msg}")
+        raise ConfigError(source, problems) from None
+
+
+def parse_config_text(text: str, source: str = "<config>") -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(source, [f"invalid YAML: {e}"]) from None
+    return parse_config(data, source)
+
+
+def load_config(path: str | Path) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(str(p), [f"cannot read: {e.strerror or e}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), ["not UTF-8 text"]) from None
+    return parse_config_text(text, str(p))
+
+
+def is_dns_label(name: str) -> bool:
+    return bool(_DNS_RE.match(name))

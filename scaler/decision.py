@@ -1,0 +1,72 @@
+"""The immutable Decision snapshot: everything the control loop concluded in one cycle.
+
+RPC handlers, the HTTP status endpoints and `explain` only read the latest snapshot; none
+of them scrape or compute. A new snapshot replaces the old one atomically (one reference).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class SignalVerdict:
+    """One policy signal's reading and the replica count it asks for."""
+
+    signal: str  # "queue" | "kv-cache" | "concurrency" | "throughput"
+    value: float  # observed value (per replica, or fraction)
+    target: float  # configured threshold
+    replicas: int  # replicas this signal alone asks for
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceDecision:
+    name: str
+    namespace: str
+    desired: int | None  # None: no fresh data -> KEDA gets UNAVAILABLE (fallback applies)
+    current: int  # replicas that exist (ready + starting + unhealthy)
+    ready: int
+    starting: int
+    reason: str  # human explanation: which signal decided, or why we hold
+    signals: tuple[SignalVerdict, ...] = ()
+    fresh: bool = False  # data complete and fresh this cycle
+    gpus_per_replica: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ResearchDecision:
+    name: str
+    slots: int  # total Jobs of this class that fit (KEDA subtracts running ones)
+    gpus_per_job: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSplit:
+    capacity: int | None  # None: unknown -> research fails closed
+    inference_gpus: int
+    reserve_gpus: int
+    foreign_gpus: int
+    headroom_gpus: int  # max(0, capacity - inference - reserve - foreign)
+    research_gpus: int  # GPUs lent to research slots
+    fail_closed: str | None = None  # reason research got 0, if it did
+
+
+def _frozen(d: Mapping[str, object] | None = None) -> Mapping:  # type: ignore[type-arg]
+    return MappingProxyType(dict(d or {}))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    seq: int  # increments every cycle; 0 = no cycle completed yet
+    wall_time: float  # time.time() of the cycle, for humans
+    services: Mapping[str, ServiceDecision] = field(default_factory=_frozen)
+    research: Mapping[str, ResearchDecision] = field(default_factory=_frozen)
+    pool: PoolSplit | None = None
+    config_generation: int = 0
+
+    @staticmethod
+    def initial() -> Decision:
+        return Decision(seq=0, wall_time=0.0)

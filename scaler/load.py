@@ -1,0 +1,73 @@
+"""What the scaler knows about a service's load: plain immutable data, no I/O.
+
+Flow: exposition text -> EngineSample (one target, one scrape) -> TargetState (with rates
+and staleness) -> ServiceLoad (one service, aggregated). The policy reads ServiceLoad.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """Load read from one target's /metrics at one instant, summed over its engines."""
+
+    waiting: float  # queued requests (sum over engines)
+    running: float  # requests in the running batch (sum over engines)
+    kv_usage_mean: float  # KV-cache fraction 0-1, mean over engines
+    kv_usage_max: float  # KV-cache fraction 0-1, max over engines
+    prompt_tokens_total: float | None = None  # counters (sum over engines); None = absent
+    generation_tokens_total: float | None = None
+    preemptions_total: float | None = None
+    process_start_seconds: float | None = None  # process_start_time_seconds, for reset detection
+    engines: int = 1
+
+
+class TargetPhase(Enum):
+    SERVING = "serving"  # discovered and Ready: counts as capacity
+    STARTING = "starting"  # discovered, not Ready yet (model loading): capacity on the way
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    """One replica as of the latest scrape."""
+
+    address: str
+    phase: TargetPhase
+    sample: EngineSample | None  # latest good sample (None: never scraped successfully)
+    sampled_at: float | None  # monotonic time of `sample`
+    error: str | None = None  # latest scrape error; None if the latest scrape succeeded
+    tokens_per_s: float | None = None  # prompt+generation tokens/s from counter deltas
+    preemptions_per_s: float | None = None
+
+    def fresh(self, now: float, stale_after: float) -> bool:
+        return self.sampled_at is not None and now - self.sampled_at <= stale_after
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceLoad:
+    """One inference service's load, aggregated over its fresh serving targets."""
+
+    name: str
+    ready: int  # serving targets with fresh data
+    starting: int  # discovered but not Ready (cold start in progress)
+    unhealthy: int  # serving targets without fresh data
+    waiting: float  # sum over ready targets
+    running: float
+    kv_usage_mean: float  # mean over ready targets
+    kv_usage_max: float
+    tokens_per_s: float | None  # sum over ready targets with a rate; None = no rate yet
+    complete: bool  # every serving target has fresh data
+    reason: str = ""  # why the data is incomplete, for the SRE
+
+    @property
+    def current(self) -> int:
+        """Replicas that exist now (serving or on the way)."""
+        return self.ready + self.unhealthy + self.starting
+
+    @property
+    def usable(self) -> bool:
+        """Enough data to decide on: every serving target fresh and at least one of them."""
+        return self.complete and self.ready > 0
