@@ -1,0 +1,49 @@
+"""Pure: a service's TargetStates -> one ServiceLoad."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scaler.load import ServiceLoad, TargetPhase, TargetState
+
+
+def aggregate(
+    name: str, states: Sequence[TargetState] | None, now: float, stale_after_s: float
+) -> ServiceLoad:
+    """Sum counts, average/max ratios over serving targets whose data is fresh.
+
+    `states` None means discovery does not know the targets: no data at all.
+    Zero targets discovered is real data (the service is scaled to zero).
+    """
+    if states is None:
+        return ServiceLoad(name, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, None, False, "targets unknown")
+    fresh = [
+        s
+        for s in states
+        if s.phase is TargetPhase.SERVING and s.sample is not None and s.fresh(now, stale_after_s)
+    ]
+    serving = sum(1 for s in states if s.phase is TargetPhase.SERVING)
+    starting = len(states) - serving
+    unhealthy = serving - len(fresh)
+    reasons = [
+        f"{s.address}: {s.error or 'stale'}"
+        for s in states
+        if s.phase is TargetPhase.SERVING and s not in fresh
+    ]
+    samples = [s.sample for s in fresh if s.sample is not None]
+    kv = [x.kv_usage_mean for x in samples]
+    rates = [s.tokens_per_s for s in fresh if s.tokens_per_s is not None]
+    return ServiceLoad(
+        name=name,
+        ready=len(fresh),
+        starting=starting,
+        unhealthy=unhealthy,
+        waiting=sum(x.waiting for x in samples),
+        running=sum(x.running for x in samples),
+        kv_usage_mean=sum(kv) / len(kv) if kv else 0.0,
+        kv_usage_max=max((x.kv_usage_max for x in samples), default=0.0),
+        # A rate is only meaningful when every fresh target has one.
+        tokens_per_s=sum(rates) if fresh and len(rates) == len(fresh) else None,
+        complete=unhealthy == 0,
+        reason="; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else ""),
+    )
