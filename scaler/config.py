@@ -57,6 +57,11 @@ class NodeCapacity(_Model):
     labelSelector: str = ""  # nodes of the pool, e.g. "gpu-pool=shared"; "" = all nodes
     resource: str = "nvidia.com/gpu"  # extended resource counted as GPUs
     subtractForeignPods: bool = False  # subtract GPUs requested by pods of neither pool side
+    # Pods of either pool side (inference and research) carry `<poolLabel>: <pool.name>`;
+    # with subtractForeignPods, GPU pods without it count as foreign.
+    poolLabel: str = "gpu-pool-scaler.io/pool"
+    # Watch failing longer than this → capacity unknown (research fails closed).
+    staleAfterSeconds: Annotated[float, Field(gt=0)] = 60.0
 
 
 class CapacityConfig(_Model):
