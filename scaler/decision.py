@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from scaler.config import Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,8 @@ class Decision:
     research: Mapping[str, ResearchDecision] = field(default_factory=_frozen)
     pool: PoolSplit | None = None
     config_generation: int = 0
+    config: Config | None = None  # the config this decision was made under (names, targets)
+    complete: bool = False  # every service had fresh data (research may be lent GPUs)
 
     @staticmethod
     def initial() -> Decision:

@@ -1,0 +1,259 @@
+"""KEDA ExternalScaler servicer: a thin adapter over the latest Decision snapshot.
+
+Handlers never scrape or compute; they resolve the trigger's metadata against the config
+the snapshot was made under and read one number. Contract facts: DESIGN.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import grpc
+
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.decision import Decision
+from scaler.metrics import ScalerMetrics
+from scaler.snapshot import Snapshots
+
+log = logging.getLogger("scaler.grpc")
+
+# KEDA strips the `s<index>-` prefix before GetMetrics; tolerate it anyway.
+_KEDA_PREFIX = re.compile(r"^s\d+-")
+_MAX_KEY_LEN = 253
+
+
+class RequestError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    kind: str  # "inference" | "research"
+    name: str
+    activation: float
+
+    @property
+    def metric_name(self) -> str:
+        return f"{self.kind}-{self.name}"
+
+
+def metric_name_for(kind: str, name: str) -> str:
+    return f"{kind}-{name}"
+
+
+def _known(names: list[str]) -> str:
+    return ", ".join(sorted(names)) or "(none configured)"
+
+
+def resolve(metadata: Mapping[str, str], decision: Decision) -> Target:
+    """Which service or research class a trigger means. Raises RequestError(INVALID_ARGUMENT)."""
+    cfg = decision.config
+    if cfg is None:
+        raise RequestError(grpc.StatusCode.UNAVAILABLE, "scaler is starting: no config loaded yet")
+    service = metadata.get("service", "").strip()
+    rclass = metadata.get("researchClass", "").strip()
+    if service and rclass:
+        raise RequestError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "metadata sets both 'service' and 'researchClass': a ScaledObject trigger sets "
+            "'service', a ScaledJob trigger sets 'researchClass'",
+        )
+    pool = metadata.get("pool", "").strip()
+    if pool and pool != cfg.pool.name:
+        raise RequestError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"metadata 'pool' is {pool[:64]!r} but this scaler serves pool {cfg.pool.name!r}",
+        )
+    raw_act = metadata.get("activationThreshold", "").strip()
+    activation = 0.0
+    if raw_act:
+        try:
+            activation = float(raw_act)
+        except ValueError:
+            activation = math.nan
+        if not math.isfinite(activation) or activation < 0:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"metadata 'activationThreshold' must be a number >= 0, got {raw_act[:64]!r}",
+            )
+    if service:
+        if cfg.service(service) is None:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"metadata 'service' names unknown inference service {service[:64]!r}; "
+                f"known: {_known([s.name for s in cfg.inference])}",
+            )
+        return Target("inference", service, activation)
+    if rclass:
+        if cfg.research_class(rclass) is None:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"metadata 'researchClass' names unknown research class {rclass[:64]!r}; "
+                f"known: {_known([r.name for r in cfg.research])}",
+            )
+        return Target("research", rclass, activation)
+    raise RequestError(
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "metadata needs 'service' (ScaledObject; known: "
+        f"{_known([s.name for s in cfg.inference])}) or 'researchClass' (ScaledJob; known: "
+        f"{_known([r.name for r in cfg.research])})",
+    )
+
+
+def value_of(target: Target, decision: Decision) -> int:
+    """The metric value for a trigger. Inference without fresh data -> UNAVAILABLE.
+
+    Research never errors (KEDA silently skips a failing ScaledJob trigger): it fails
+    closed with 0 slots instead.
+    """
+    if target.kind == "research":
+        r = decision.research.get(target.name)
+        return r.slots if r is not None else 0
+    s = decision.services.get(target.name)
+    if s is None or s.desired is None:
+        why = "no decision yet (first scrape cycle not complete)" if s is None else s.reason
+        raise RequestError(
+            grpc.StatusCode.UNAVAILABLE, f"no fresh data for service {target.name!r}: {why}"
+        )
+    if not s.fresh and s.ready == 0:
+        # Nothing fresh at all: let KEDA's fallback decide rather than echo a held value.
+        raise RequestError(
+            grpc.StatusCode.UNAVAILABLE, f"no fresh data for service {target.name!r}: {s.reason}"
+        )
+    return s.desired
+
+
+def _safe_metadata(md: Mapping[str, str]) -> dict[str, str]:
+    """Metadata for logs: values of *FromEnv keys (may be secrets) are never logged."""
+    out = {}
+    for k, v in list(md.items())[:20]:
+        k = k[:64]
+        out[k] = "<redacted>" if k.endswith("FromEnv") else v[:64]
+    return out
+
+
+class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
+    def __init__(self, snapshots: Snapshots, metrics: ScalerMetrics) -> None:
+        self._snapshots = snapshots
+        self._metrics = metrics
+
+    async def _fail(
+        self, context: grpc.aio.ServicerContext, method: str, ref: pb.ScaledObjectRef, e: RequestError
+    ) -> None:
+        self._metrics.grpc_requests.labels(method, e.code.name).inc()
+        level = logging.INFO if e.code is grpc.StatusCode.UNAVAILABLE else logging.WARNING
+        log.log(
+            level,
+            "%s rejected: %s",
+            method,
+            e.message,
+            extra={
+                "method": method,
+                "scaled_object": ref.name[:253],
+                "namespace": ref.namespace[:63],
+                "fields": {"code": e.code.name, "metadata": _safe_metadata(ref.scalerMetadata)},
+            },
+        )
+        await context.abort(e.code, e.message)
+
+    def _done(self, method: str, start: float) -> None:
+        self._metrics.grpc_requests.labels(method, "OK").inc()
+        self._metrics.grpc_latency.labels(method).observe(time.perf_counter() - start)
+
+    async def IsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.IsActiveResponse:
+        start = time.perf_counter()
+        d = self._snapshots.latest()
+        try:
+            t = resolve(request.scalerMetadata, d)
+            active = value_of(t, d) > t.activation
+        except RequestError as e:
+            await self._fail(context, "IsActive", request, e)
+            raise  # unreachable: abort raises
+        self._done("IsActive", start)
+        return pb.IsActiveResponse(result=active)
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        d = self._snapshots.latest()
+        try:
+            t = resolve(request.scalerMetadata, d)
+        except RequestError as e:
+            await self._fail(context, "StreamIsActive", request, e)
+            return
+        self._metrics.grpc_requests.labels("StreamIsActive", "OK").inc()
+        self._metrics.open_streams.inc()
+        last: bool | None = None
+        try:
+            while True:
+                try:
+                    active: bool | None = value_of(t, d) > t.activation
+                except RequestError:
+                    active = None  # no data: say nothing rather than a made-up false
+                if active is not None and active != last:
+                    yield pb.IsActiveResponse(result=active)
+                    last = active
+                d = await self._snapshots.wait_newer(d.seq)
+                if d.config is not None and (
+                    (t.kind == "inference" and d.config.service(t.name) is None)
+                    or (t.kind == "research" and d.config.research_class(t.name) is None)
+                ):
+                    await context.abort(
+                        grpc.StatusCode.NOT_FOUND, f"{t.kind} {t.name!r} was removed from the config"
+                    )
+        finally:
+            self._metrics.open_streams.dec()
+
+    async def GetMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricSpecResponse:
+        start = time.perf_counter()
+        try:
+            t = resolve(request.scalerMetadata, self._snapshots.latest())
+        except RequestError as e:
+            await self._fail(context, "GetMetricSpec", request, e)
+            raise
+        self._done("GetMetricSpec", start)
+        # Target 1 with AverageValue: the HPA's desired replicas = ceil(value / 1) = value.
+        return pb.GetMetricSpecResponse(
+            metricSpecs=[pb.MetricSpec(metricName=t.metric_name, targetSize=1, targetSizeFloat=1.0)]
+        )
+
+    async def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricsResponse:
+        start = time.perf_counter()
+        ref = request.scaledObjectRef
+        d = self._snapshots.latest()
+        try:
+            t = resolve(ref.scalerMetadata, d)
+            asked = _KEDA_PREFIX.sub("", request.metricName)
+            if asked != t.metric_name:
+                raise RequestError(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"unknown metricName {request.metricName[:128]!r}; this trigger's metric is "
+                    f"{t.metric_name!r}",
+                )
+            value = value_of(t, d)
+        except RequestError as e:
+            await self._fail(context, "GetMetrics", ref, e)
+            raise
+        self._done("GetMetrics", start)
+        return pb.GetMetricsResponse(
+            metricValues=[
+                pb.MetricValue(
+                    metricName=t.metric_name, metricValue=value, metricValueFloat=float(value)
+                )
+            ]
+        )

@@ -1,0 +1,205 @@
+"""The control loop: discover -> scrape -> load -> policy -> accounting -> publish.
+
+One cycle per `scrape.intervalSeconds`. Everything it talks to is injected (config
+provider, discovery, scraper, capacity, clocks), and the decision steps are the pure
+functions in `scaler.policy` and `scaler.accounting`, so tests and the simulator run the
+same code. The cycle never raises: a failing part degrades to "no data" for that part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from scaler.aggregate import aggregate
+from scaler.config import Config, InferenceService
+from scaler.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
+from scaler.discovery import Discovery, Endpoint
+from scaler.load import ServiceLoad
+from scaler.metrics import ScalerMetrics
+from scaler.scrape import ScrapeJob, ScrapeResult, Scraper
+from scaler.snapshot import Snapshots
+from scaler.tracker import TargetTracker
+
+log = logging.getLogger("scaler.loop")
+
+
+class Decide(Protocol):
+    def __call__(
+        self, svc: InferenceService, load: ServiceLoad, prev: object | None, now: float
+    ) -> tuple[ServiceDecision, object]: ...
+
+
+class SplitPool(Protocol):
+    def __call__(
+        self,
+        cfg: Config,
+        decisions: Mapping[str, ServiceDecision],
+        capacity: object | None,
+        reserve_gpus: int,
+        *,
+        ready_for_research: bool,
+    ) -> tuple[PoolSplit, dict[str, ResearchDecision]]: ...
+
+
+class CapacitySource(Protocol):
+    def current(self) -> object | None: ...
+
+
+class ReserveSource(Protocol):
+    def reserve_gpus(self, cfg: Config, inference_gpus: int, now: float) -> int: ...
+
+
+class HarvestSink(Protocol):
+    def observe(self, research_gpus: int, now: float) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LoopDeps:
+    decide: Decide
+    split_pool: SplitPool
+    capacity: Callable[[Config], CapacitySource]  # capacity source for the config in force
+    reserve: ReserveSource | None = None
+    harvest: HarvestSink | None = None
+
+
+class ControlLoop:
+    def __init__(
+        self,
+        config: Callable[[], tuple[Config, int]],  # (config in force, its generation)
+        discovery: Callable[[InferenceService], Discovery],
+        scraper: Scraper,
+        snapshots: Snapshots,
+        deps: LoopDeps,
+        metrics: ScalerMetrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._discovery = discovery
+        self._scraper = scraper
+        self._snapshots = snapshots
+        self._deps = deps
+        self._metrics = metrics
+        self._clock = clock
+        self._wall = wall_clock
+        self._tracker = TargetTracker()
+        self._policy_state: dict[str, object] = {}
+        self._seq = 0
+        self._known: tuple[set[str], set[str]] = (set(), set())
+        self._had_complete_cycle = False
+        self.last_cycle_at: float | None = None  # clock time, for /healthz
+
+    async def run_once(self) -> Decision:
+        cfg, generation = self._config()
+        started = self._clock()
+        self._forget_removed(cfg)
+
+        endpoints: dict[str, list[Endpoint] | None] = {}
+        jobs: list[tuple[str, ScrapeJob]] = []
+        for svc in cfg.inference:
+            eps = self._discovery(svc).endpoints(svc)
+            endpoints[svc.name] = eps
+            for ep in eps or ():
+                job = ScrapeJob(
+                    ep.address, svc.engine, svc.model, svc.targets.metricsPath, cfg.scrape.scheme
+                )
+                jobs.append((svc.name, job))
+        results = await self._scraper.scrape_all([j for _, j in jobs])
+
+        by_service: dict[str, dict[str, ScrapeResult]] = {s.name: {} for s in cfg.inference}
+        for (service, _), res in zip(jobs, results, strict=True):
+            by_service[service][res.job.address] = res
+            self._metrics.scrapes.labels(service, "ok" if res.error is None else "error").inc()
+            self._metrics.scrape_duration.observe(res.duration_s)
+
+        now = self._clock()
+        services: dict[str, ServiceDecision] = {}
+        for svc in cfg.inference:
+            eps = endpoints[svc.name]
+            states = (
+                None if eps is None else self._tracker.update(svc.name, eps, by_service[svc.name])
+            )
+            load = aggregate(svc.name, states, now, cfg.scrape.staleAfterSeconds)
+            prev = self._policy_state.get(svc.name)
+            decision, state = self._deps.decide(svc, load, prev, now)
+            self._policy_state[svc.name] = state
+            old = self._snapshots.latest().services.get(svc.name)
+            if old is None or old.desired != decision.desired or old.fresh != decision.fresh:
+                log.info(
+                    "desired %s -> %s: %s",
+                    None if old is None else old.desired,
+                    decision.desired,
+                    decision.reason,
+                    extra={"service": svc.name, "namespace": svc.namespace},
+                )
+            services[svc.name] = decision
+
+        complete = all(d.fresh for d in services.values())
+        capacity = self._deps.capacity(cfg).current()
+        inference_gpus = sum(
+            max(d.desired or 0, d.current) * d.gpus_per_replica for d in services.values()
+        )
+        reserve = (
+            self._deps.reserve.reserve_gpus(cfg, inference_gpus, now)
+            if self._deps.reserve is not None
+            else cfg.pool.reserveGPUs
+        )
+        pool, research = self._deps.split_pool(
+            cfg, services, capacity, reserve, ready_for_research=self._had_complete_cycle
+        )
+        self._had_complete_cycle = self._had_complete_cycle or complete
+        if self._deps.harvest is not None:
+            self._deps.harvest.observe(pool.research_gpus, now)
+
+        self._seq += 1
+        decision = Decision(
+            seq=self._seq,
+            wall_time=self._wall(),
+            services=services,
+            research=research,
+            pool=pool,
+            config_generation=generation,
+            config=cfg,
+            complete=complete,
+        )
+        self._snapshots.publish(decision)
+        self._metrics.observe_decision(decision)
+        self._metrics.cycles.inc()
+        self._metrics.cycle_duration.observe(self._clock() - started)
+        self.last_cycle_at = self._clock()
+        return decision
+
+    def _forget_removed(self, cfg: Config) -> None:
+        services = {s.name for s in cfg.inference}
+        classes = {r.name for r in cfg.research}
+        if (services, classes) == self._known:
+            return
+        for name in self._known[0] - services:
+            self._tracker.forget_service(name)
+            self._policy_state.pop(name, None)
+        self._metrics.forget(services, classes)
+        self._known = (services, classes)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycle until `stop` is set. Cycles start on a fixed cadence (no drift)."""
+        next_at = self._clock()
+        while not stop.is_set():
+            try:
+                await self.run_once()
+            except Exception:  # a bug must not stop scaling; the old snapshot stays
+                log.exception("control-loop cycle failed; keeping the previous decision")
+            interval = self._config()[0].scrape.intervalSeconds
+            next_at += interval
+            now = self._clock()
+            if next_at < now:  # overran (or the clock jumped): restart the cadence
+                next_at = now + interval
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=next_at - now)
+            except TimeoutError:
+                pass
