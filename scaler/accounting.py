@@ -1,0 +1,189 @@
+"""Pool accounting: how many research Jobs of each class fit beside inference. Pure, no I/O.
+
+    inference_gpus = Σ over configured services of max(desired, current) × gpusPerReplica
+    headroom       = max(0, capacity − inference_gpus − reserve − foreign)
+    slots          = headroom split across research classes (priority, weight, maxJobs,
+                     whole Jobs of gpusPerJob)
+
+Research fails closed (every class 0 slots, the reason recorded) whenever the inputs could
+make us lend a GPU inference needs: capacity unknown, any service without fresh data or
+without a decision, or no complete control cycle yet. It is never an error towards KEDA.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from scaler.config import Config, ResearchClass
+from scaler.decision import PoolSplit, ResearchDecision, ServiceDecision
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The pool's GPUs as one capacity source saw them."""
+
+    total_gpus: int  # allocatable GPUs on Ready, schedulable pool nodes (or the static value)
+    foreign_gpus: int = 0  # GPUs held on those nodes by pods of neither pool side
+    source: str = "static"  # "static" | "nodes"
+    observed_at: float | None = None  # clock time the source last confirmed this view
+    nodes: int = 0  # pool nodes counted (0 for a static source)
+    detail: str = ""  # human summary for explain/logs, e.g. "3 nodes; 1 NotReady"
+
+    def __post_init__(self) -> None:
+        if self.total_gpus < 0 or self.foreign_gpus < 0:
+            raise ValueError(f"negative GPU count in {self!r}")
+
+
+def inference_gpus(cfg: Config, decisions: Mapping[str, ServiceDecision]) -> int:
+    """GPUs inference holds or asks for: Σ max(desired, current) × gpusPerReplica.
+
+    A service whose desired is None counts its current replicas; a configured service with no
+    decision at all counts 0 here (the split fails closed on it anyway).
+    """
+    total = 0
+    for svc in cfg.inference:
+        d = decisions.get(svc.name)
+        if d is None:
+            continue
+        replicas = d.current if d.desired is None else max(d.desired, d.current)
+        total += max(0, replicas) * svc.gpusPerReplica
+    return total
+
+
+def _fail_closed_reason(
+    cfg: Config,
+    decisions: Mapping[str, ServiceDecision],
+    capacity: Capacity | None,
+    ready_for_research: bool,
+) -> str | None:
+    if not ready_for_research:
+        return "no complete control cycle yet"
+    if capacity is None:
+        return "pool capacity unknown"
+    for svc in cfg.inference:
+        d = decisions.get(svc.name)
+        if d is None:
+            return f"service {svc.name!r} has no decision"
+        if d.desired is None:
+            return f"service {svc.name!r} has no data"
+        if not d.fresh:
+            return f"service {svc.name!r} data is stale or partial"
+    return None
+
+
+def allocate(classes: list[ResearchClass], budget: int) -> dict[str, int]:
+    """Split `budget` GPUs into whole Jobs per class. Deterministic.
+
+    Priorities are served strictly in order (higher first); a lower priority only gets what
+    the higher ones cannot use. Within one priority, Jobs are handed out one at a time to
+    the class with the least GPUs per unit of weight so far (start-time fair queuing), ties
+    going to the larger gpusPerJob (packs big Jobs before small ones fill the gaps), then to
+    config order. A class leaves the round when it reaches maxJobs or its next Job no longer
+    fits; the others keep going, so GPUs one class cannot use go to those that can. Serving
+    the least-served class first, not the one that would stay least served, means a class of
+    large Jobs is not starved by a class of small ones that nibbles its share away.
+    """
+    slots = {c.name: 0 for c in classes}
+    order = {c.name: i for i, c in enumerate(classes)}
+    for prio in sorted({c.priority for c in classes}, reverse=True):
+        level = [c for c in classes if c.priority == prio]
+        # (GPUs given / weight, -gpusPerJob, config index, class)
+        heap = [(0.0, -c.gpusPerJob, order[c.name], c) for c in level if c.maxJobs > 0]
+        heapq.heapify(heap)
+        while heap and budget > 0:
+            _, neg_g, idx, c = heapq.heappop(heap)
+            if c.gpusPerJob > budget:
+                continue  # the budget only shrinks: this class is done
+            slots[c.name] += 1
+            budget -= c.gpusPerJob
+            if slots[c.name] < c.maxJobs:
+                heapq.heappush(heap, (slots[c.name] * c.gpusPerJob / c.weight, neg_g, idx, c))
+    return slots
+
+
+def split_pool(
+    cfg: Config,
+    decisions: Mapping[str, ServiceDecision],
+    capacity: Capacity | None,
+    reserve_gpus: int,
+    *,
+    ready_for_research: bool,
+) -> tuple[PoolSplit, dict[str, ResearchDecision]]:
+    """The pool split and each research class's total slots (KEDA subtracts running Jobs)."""
+    if reserve_gpus < 0:
+        raise ValueError(f"reserve_gpus must be >= 0, got {reserve_gpus}")
+    inf = inference_gpus(cfg, decisions)
+    foreign = capacity.foreign_gpus if capacity is not None else 0
+    total = capacity.total_gpus if capacity is not None else None
+    headroom = max(0, total - inf - reserve_gpus - foreign) if total is not None else 0
+    reason = _fail_closed_reason(cfg, decisions, capacity, ready_for_research)
+
+    research: dict[str, ResearchDecision] = {}
+    if reason is not None:
+        for c in cfg.research:
+            research[c.name] = ResearchDecision(c.name, 0, c.gpusPerJob, f"fail closed: {reason}")
+        split = PoolSplit(total, inf, reserve_gpus, foreign, headroom, 0, fail_closed=reason)
+        return split, research
+
+    slots = allocate(list(cfg.research), headroom)
+    used = sum(slots[c.name] * c.gpusPerJob for c in cfg.research)
+    left = headroom - used
+    for c in cfg.research:
+        n = slots[c.name]
+        if c.maxJobs == 0:
+            why = "maxJobs is 0"
+        elif n >= c.maxJobs:
+            why = f"capped at maxJobs {c.maxJobs}"
+        elif headroom == 0:
+            why = (
+                f"no headroom: capacity {total} − inference {inf} − reserve {reserve_gpus}"
+                f" − foreign {foreign}"
+            )
+        else:
+            why = f"{left} GPU(s) left < {c.gpusPerJob} per Job"
+        research[c.name] = ResearchDecision(
+            c.name,
+            n,
+            c.gpusPerJob,
+            f"{n} × {c.gpusPerJob} GPU(s) of {headroom} headroom (priority {c.priority},"
+            f" weight {c.weight:g}); {why}",
+        )
+    split = PoolSplit(total, inf, reserve_gpus, foreign, headroom, used, fail_closed=None)
+    return split, research
+
+
+class HarvestMeter:
+    """Cumulative GPU-hours lent to research (the reference deployment's "harvested" figure).
+
+    Each observation's GPUs are held until the next one (left Riemann sum), so a cycle's
+    split counts for the time until the next cycle. A gap longer than `max_interval_seconds`
+    (a stalled loop, a suspended process) only counts that long: we do not know what was
+    lent meanwhile, and we never invent harvest. A clock going backwards adds nothing.
+    """
+
+    def __init__(self, max_interval_seconds: float = 60.0) -> None:
+        if max_interval_seconds <= 0:
+            raise ValueError("max_interval_seconds must be > 0")
+        self._max = max_interval_seconds
+        self._last: tuple[float, int] | None = None
+        self._gpu_seconds = 0.0
+
+    def observe(self, research_gpus: int, now: float) -> float:
+        """Record that `research_gpus` are lent from `now` on; returns total GPU-hours."""
+        if research_gpus < 0:
+            raise ValueError(f"research_gpus must be >= 0, got {research_gpus}")
+        if self._last is not None:
+            t0, g0 = self._last
+            if now < t0:
+                # Clock went backwards: count nothing, keep the later timestamp.
+                self._last = (t0, research_gpus)
+                return self.gpu_hours
+            self._gpu_seconds += g0 * min(now - t0, self._max)
+        self._last = (now, research_gpus)
+        return self.gpu_hours
+
+    @property
+    def gpu_hours(self) -> float:
+        return self._gpu_seconds / 3600.0

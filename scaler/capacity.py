@@ -1,0 +1,609 @@
+"""Pool capacity sources: a static GPU count, or live from Kubernetes nodes (watched).
+
+Pure part: `capacity_from_nodes(nodes, pods, cfg, pool_name=...)` turns Kubernetes API JSON
+(plain dicts, camelCase, as the API server sends them) into a `Capacity`. I/O part:
+`NodeCapacityWatcher` keeps nodes (and, with subtractForeignPods, pods) current with the
+official client's list + watch, re-listing when a watch expires (410 Gone), and reports
+`None` (unknown: research fails closed) before its first complete list and when its watches
+have been failing for longer than `staleAfterSeconds`.
+
+Which nodes count (documented in docs/research-headroom.md):
+* the node matches `labelSelector` (also filtered here, not only server-side);
+* condition Ready is "True";
+* schedulable: `spec.unschedulable` is not true (cordoned), it has no NoExecute taint, and
+  none of the taints Kubernetes itself puts on unusable nodes (`node.kubernetes.io/
+  unschedulable`, `not-ready`, `unreachable`, `network-unavailable`). Other NoSchedule
+  taints count as schedulable: dedicated GPU pools taint their nodes (for example
+  `nvidia.com/gpu=present:NoSchedule`) precisely so that only the pool's pods, which
+  tolerate it, land there;
+* its GPUs are `status.allocatable[resource]` (a Kubernetes quantity, floored to whole
+  GPUs; absent or unparsable counts 0, which can only lend less).
+
+Foreign GPUs (subtractForeignPods): the GPU requests of pods bound to a counted node, not
+terminated (phase not Succeeded/Failed), and not labelled `<poolLabel>=<pool name>`.
+Requests are the effective pod request (containers, init containers, sidecars), rounded
+up; a pod that sets only a limit requests its limit (extended resources).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+from kubernetes import client as k8s_client
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from scaler.accounting import Capacity
+from scaler.config import CapacityConfig, NodeCapacity
+
+log = logging.getLogger(__name__)
+
+# Taints the node lifecycle controller sets on nodes nothing new should run on.
+UNUSABLE_TAINT_KEYS = frozenset(
+    {
+        "node.kubernetes.io/unschedulable",
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+        "node.kubernetes.io/network-unavailable",
+    }
+)
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+Obj = Mapping[str, Any]
+
+
+# --- label selectors -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Requirement:
+    key: str
+    op: str  # "=", "!=", "in", "notin", "exists", "!"
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        has = self.key in labels
+        v = labels.get(self.key)
+        if self.op == "exists":
+            return has
+        if self.op == "!":
+            return not has
+        if self.op in ("=", "in"):
+            return has and v in self.values
+        return not has or v not in self.values  # "!=" / "notin": absent key matches
+
+
+_REQ_RE = re.compile(
+    r"""\s*(?:
+        (?P<not>!)\s*(?P<nkey>[^\s,=!()]+)
+      | (?P<skey>[^\s,=!()]+)\s+(?P<setop>in|notin)\s*\((?P<vals>[^()]*)\)
+      | (?P<key>[^\s,=!()]+)\s*(?P<op>==|=|!=)\s*(?P<val>[^\s,=!()]*)
+      | (?P<ekey>[^\s,=!()]+)
+    )\s*(?:,|$)""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes equality/set-based label selector ("a=b,c!=d,e in (f,g),!h,i")."""
+
+    text: str
+    requirements: tuple[_Requirement, ...]
+
+    @staticmethod
+    def parse(text: str) -> LabelSelector:
+        reqs: list[_Requirement] = []
+        pos = 0
+        s = text.strip()
+        while pos < len(s):
+            m = _REQ_RE.match(s, pos)
+            if m is None or m.end() == pos:
+                raise ValueError(f"invalid label selector {text!r} at {s[pos:]!r}")
+            if m["nkey"]:
+                reqs.append(_Requirement(m["nkey"], "!", frozenset()))
+            elif m["skey"]:
+                vals = frozenset(v.strip() for v in m["vals"].split(",") if v.strip())
+                reqs.append(_Requirement(m["skey"], m["setop"], vals))
+            elif m["key"]:
+                op = "=" if m["op"] in ("=", "==") else "!="
+                reqs.append(_Requirement(m["key"], op, frozenset({m["val"]})))
+            else:
+                reqs.append(_Requirement(m["ekey"], "exists", frozenset()))
+            pos = m.end()
+            if s[pos - 1 : pos] == "," and pos == len(s):
+                raise ValueError(f"invalid label selector {text!r}: trailing comma")
+        return LabelSelector(text, tuple(reqs))
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        lab = labels or {}
+        return all(r.matches(lab) for r in self.requirements)
+
+
+# --- pure capacity from API objects ----------------------------------------------------
+
+
+def _quantity(q: Any) -> Decimal | None:
+    """A Kubernetes quantity as a finite non-negative Decimal; None if unusable."""
+    if q is None:
+        return None
+    try:
+        d = parse_quantity(q)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    if not d.is_finite() or d < 0:
+        return None
+    return d
+
+
+def _meta(obj: Obj) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def node_exclusion(node: Obj, selector: LabelSelector) -> str | None:
+    """Why this node's GPUs do not count (None: they count)."""
+    meta = _meta(node)
+    if not selector.matches(meta.get("labels")):
+        return "not in pool"
+    spec = node.get("spec") or {}
+    if spec.get("unschedulable") is True:
+        return "cordoned"
+    for t in spec.get("taints") or ():
+        key, effect = t.get("key"), t.get("effect")
+        if key in UNUSABLE_TAINT_KEYS or effect == "NoExecute":
+            return f"taint {key}:{effect}"
+    conditions = (node.get("status") or {}).get("conditions") or ()
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready is None or ready.get("status") != "True":
+        return "NotReady"
+    return None
+
+
+def node_gpus(node: Obj, resource: str) -> int:
+    """Allocatable GPUs of a node; absent or unparsable → 0 (lends less, never more)."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    q = _quantity(alloc.get(resource))
+    return 0 if q is None else math.floor(q)
+
+
+def _container_request(c: Obj, resource: str) -> Decimal:
+    res = c.get("resources") or {}
+    q = _quantity((res.get("requests") or {}).get(resource))
+    if q is None:  # extended resources: a limit alone is also the request
+        q = _quantity((res.get("limits") or {}).get(resource))
+    return q or Decimal(0)
+
+
+def pod_request(pod: Obj, resource: str) -> int:
+    """Effective request of a pod, as the scheduler computes it, rounded up.
+
+    max(Σ app containers + Σ sidecars, max over init containers of (its request + the
+    sidecars started before it)); sidecars are init containers with restartPolicy Always.
+    """
+    spec = pod.get("spec") or {}
+    app = sum((_container_request(c, resource) for c in spec.get("containers") or ()), Decimal(0))
+    sidecars = Decimal(0)
+    init_peak = Decimal(0)
+    for c in spec.get("initContainers") or ():
+        r = _container_request(c, resource)
+        if c.get("restartPolicy") == "Always":
+            sidecars += r
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + r)
+    return math.ceil(max(app + sidecars, init_peak))
+
+
+def is_foreign(pod: Obj, pool_label: str, pool_name: str) -> bool:
+    labels = _meta(pod).get("labels") or {}
+    return labels.get(pool_label) != pool_name
+
+
+def capacity_from_nodes(
+    nodes: Iterable[Obj],
+    pods: Iterable[Obj] | None,
+    cfg: NodeCapacity,
+    *,
+    pool_name: str,
+    observed_at: float | None = None,
+) -> Capacity:
+    """Capacity of the pool from node (and pod) objects. `pods` is ignored unless
+    cfg.subtractForeignPods; then None means "pods unknown" and raises ValueError."""
+    selector = LabelSelector.parse(cfg.labelSelector)
+    total = 0
+    counted: dict[str, int] = {}
+    excluded: dict[str, list[str]] = {}
+    for node in nodes:
+        name = str(_meta(node).get("name", "?"))
+        why = node_exclusion(node, selector)
+        if why is None:
+            gpus = node_gpus(node, cfg.resource)
+            if gpus == 0:
+                why = f"no {cfg.resource}"
+            else:
+                counted[name] = gpus
+                total += gpus
+        if why is not None and why != "not in pool":
+            excluded.setdefault(why, []).append(name)
+
+    foreign = 0
+    if cfg.subtractForeignPods:
+        if pods is None:
+            raise ValueError("subtractForeignPods needs the pod list")
+        per_node: dict[str, int] = {}
+        for pod in pods:
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name not in counted:
+                continue
+            if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+                continue
+            if not is_foreign(pod, cfg.poolLabel, pool_name):
+                continue
+            per_node[node_name] = per_node.get(node_name, 0) + pod_request(pod, cfg.resource)
+        # A node cannot lose more GPUs than it has (over-requests are the scheduler's bug).
+        foreign = sum(min(g, counted[n]) for n, g in per_node.items())
+
+    parts = [f"{len(counted)} node(s), {total} {cfg.resource}"]
+    parts += [f"{why}: {', '.join(sorted(names))}" for why, names in sorted(excluded.items())]
+    if cfg.subtractForeignPods:
+        parts.append(f"foreign pods hold {foreign}")
+    return Capacity(
+        total_gpus=total,
+        foreign_gpus=foreign,
+        source="nodes",
+        observed_at=observed_at,
+        nodes=len(counted),
+        detail="; ".join(parts),
+    )
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+class CapacitySource(Protocol):
+    def current(self) -> Capacity | None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class StaticCapacity:
+    """A fixed GPU count from config."""
+
+    def __init__(self, gpus: int) -> None:
+        if gpus < 0:
+            raise ValueError(f"static capacity must be >= 0, got {gpus}")
+        self._cap = Capacity(total_gpus=gpus, source="static", detail=f"static {gpus} GPUs")
+
+    def current(self) -> Capacity:
+        return self._cap
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReflectorStatus:
+    resource: str
+    synced: bool  # a complete list has been received at least once
+    objects: int
+    lists: int  # complete lists so far (1 + re-lists)
+    events: int  # watch events applied
+    confirmed_at: float | None  # clock time of the last list / watch event / clean watch end
+    failing_since: float | None  # clock time of the first error of the current failure run
+    last_error: str | None
+
+
+class _Reflector:
+    """List + watch of one resource kind into a dict of raw API objects (keyed ns/name)."""
+
+    def __init__(
+        self,
+        resource: str,
+        list_fn: Callable[..., Any],
+        *,
+        label_selector: str,
+        field_selector: str,
+        clock: Callable[[], float],
+        stop_event: threading.Event,
+        lock: threading.Lock,
+        watch_timeout_seconds: int,
+        request_timeout_seconds: float,
+        retry_seconds: float,
+        max_retry_seconds: float,
+    ) -> None:
+        self.resource = resource
+        self._list_fn = list_fn
+        self._selectors: dict[str, str] = {}
+        if label_selector:
+            self._selectors["label_selector"] = label_selector
+        if field_selector:
+            self._selectors["field_selector"] = field_selector
+        self._clock = clock
+        self._stop = stop_event
+        self._lock = lock
+        self._watch_timeout = watch_timeout_seconds
+        self._request_timeout = request_timeout_seconds
+        self._retry = retry_seconds
+        self._max_retry = max_retry_seconds
+        self._watch: k8s_watch.Watch | None = None
+        self.objects: dict[str, Obj] = {}
+        self.synced = False
+        self.lists = 0
+        self.events = 0
+        self.confirmed_at: float | None = None
+        self.failing_since: float | None = None
+        self.last_error: str | None = None
+
+    @staticmethod
+    def _key(obj: Obj) -> str:
+        m = _meta(obj)
+        ns = m.get("namespace")
+        return f"{ns}/{m.get('name')}" if ns else str(m.get("name"))
+
+    def status(self) -> ReflectorStatus:
+        with self._lock:
+            return ReflectorStatus(
+                self.resource,
+                self.synced,
+                len(self.objects),
+                self.lists,
+                self.events,
+                self.confirmed_at,
+                self.failing_since,
+                self.last_error,
+            )
+
+    def _confirmed(self) -> None:
+        with self._lock:
+            self.confirmed_at = self._clock()
+            self.failing_since = None
+
+    def _failed(self, err: str) -> None:
+        with self._lock:
+            self.last_error = err
+            if self.failing_since is None:
+                self.failing_since = self._clock()
+
+    def _list(self) -> str:
+        resp = self._list_fn(
+            _preload_content=False,
+            _request_timeout=self._request_timeout,
+            **self._selectors,
+        )
+        try:
+            body = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        items = body.get("items")
+        rv = (body.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(items, list) or not rv:
+            raise ValueError(f"{self.resource} list: malformed response (no items/resourceVersion)")
+        with self._lock:
+            self.objects = {self._key(o): o for o in items}
+            self.synced = True
+            self.lists += 1
+        self._confirmed()
+        return str(rv)
+
+    def _watch_once(self, rv: str) -> str:
+        """One watch request from `rv` until the server ends it; returns the latest rv."""
+        list_fn = self._list_fn
+
+        # No return annotation or docstring: the client then hands us raw dicts (and its
+        # ERROR-event handling, which needs them, keeps working).
+        def raw_list(**kwargs: Any) -> Any:
+            return list_fn(**kwargs)
+
+        # The server ends a healthy watch after timeoutSeconds; no byte for longer = dead.
+        read_timeout = self._watch_timeout + self._request_timeout
+        w = k8s_watch.Watch()
+        with self._lock:
+            self._watch = w
+        if self._stop.is_set():
+            return rv
+        try:
+            for event in w.stream(
+                raw_list,
+                resource_version=rv,
+                timeout_seconds=self._watch_timeout,
+                allow_watch_bookmarks=True,
+                _request_timeout=(self._request_timeout, read_timeout),
+                **self._selectors,
+            ):
+                typ = event.get("type")
+                obj = event.get("object")
+                if not isinstance(obj, Mapping):
+                    raise ValueError(f"{self.resource} watch: event without object: {typ}")
+                new_rv = _meta(obj).get("resourceVersion")
+                with self._lock:
+                    if typ in ("ADDED", "MODIFIED"):
+                        self.objects[self._key(obj)] = obj
+                    elif typ == "DELETED":
+                        self.objects.pop(self._key(obj), None)
+                    elif typ != "BOOKMARK":
+                        raise ValueError(f"{self.resource} watch: unknown event type {typ!r}")
+                    self.events += 1
+                if new_rv:
+                    rv = str(new_rv)
+                self._confirmed()
+                if self._stop.is_set():
+                    break
+        finally:
+            with self._lock:
+                self._watch = None
+        if not self._stop.is_set():
+            self._confirmed()  # the server ended the watch cleanly (timeoutSeconds)
+        return rv
+
+    def run(self) -> None:
+        failures = 0
+        expired_at_events = -1  # self.events at the last 410, to spot a 410 loop
+        while not self._stop.is_set():
+            try:
+                rv = self._list()
+                failures = 0
+                while not self._stop.is_set():
+                    rv = self._watch_once(rv)
+            except ApiException as e:
+                if self._stop.is_set():
+                    break
+                if e.status == 410:
+                    # History compacted past our resourceVersion: normal; re-list at once,
+                    # unless the last watch expired too without a single event in between.
+                    log.info("%s watch expired (410 Gone); re-listing", self.resource)
+                    again = expired_at_events == self.events
+                    expired_at_events = self.events
+                    if not again:
+                        continue
+                    self._stop.wait(self._retry)
+                    continue
+                failures += 1
+                self._failed(f"HTTP {e.status}: {e.reason}")
+                log.warning("%s list/watch failed: HTTP %s %s", self.resource, e.status, e.reason)
+            except Exception as e:  # connection refused, reset, read timeout, bad JSON
+                if self._stop.is_set():
+                    break
+                failures += 1
+                self._failed(f"{type(e).__name__}: {e}")
+                log.warning("%s list/watch failed: %s: %s", self.resource, type(e).__name__, e)
+            delay = min(self._max_retry, self._retry * 2 ** max(0, failures - 1))
+            self._stop.wait(delay)
+
+    def interrupt(self) -> None:
+        with self._lock:
+            w = self._watch
+        if w is not None:
+            w.stop()  # shuts the socket down: the blocked read returns
+
+
+class NodeCapacityWatcher:
+    """Pool capacity from Kubernetes nodes, kept current by list + watch in two threads.
+
+    `current()` is None until the first complete list (of nodes, and of pods when foreign
+    pods are subtracted), and again whenever a watch has been failing (errors, no successful
+    re-list) for longer than cfg.staleAfterSeconds. Call `start()` once, `stop()` on exit.
+    """
+
+    def __init__(
+        self,
+        api_client: k8s_client.ApiClient,
+        cfg: NodeCapacity,
+        *,
+        pool_name: str,
+        clock: Callable[[], float] = time.monotonic,
+        watch_timeout_seconds: int = 55,
+        request_timeout_seconds: float = 10.0,
+        retry_seconds: float = 1.0,
+        max_retry_seconds: float = 30.0,
+    ) -> None:
+        LabelSelector.parse(cfg.labelSelector)  # fail at construction on a bad selector
+        self._cfg = cfg
+        self._pool_name = pool_name
+        self._clock = clock
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        api = k8s_client.CoreV1Api(api_client)
+        common: dict[str, Any] = {
+            "clock": clock,
+            "stop_event": self._stop,
+            "lock": self._lock,
+            "watch_timeout_seconds": watch_timeout_seconds,
+            "request_timeout_seconds": request_timeout_seconds,
+            "retry_seconds": retry_seconds,
+            "max_retry_seconds": max_retry_seconds,
+        }
+        self._nodes = _Reflector(
+            "nodes", api.list_node, label_selector=cfg.labelSelector, field_selector="", **common
+        )
+        self._reflectors = [self._nodes]
+        self._pods: _Reflector | None = None
+        if cfg.subtractForeignPods:
+            # Only pods that are bound and not terminated can hold GPUs.
+            self._pods = _Reflector(
+                "pods",
+                api.list_pod_for_all_namespaces,
+                label_selector="",
+                field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+                **common,
+            )
+            self._reflectors.append(self._pods)
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        for r in self._reflectors:
+            t = threading.Thread(target=r.run, name=f"capacity-{r.resource}", daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for r in self._reflectors:
+            r.interrupt()
+        for t in self._threads:
+            t.join(timeout)
+
+    def __enter__(self) -> NodeCapacityWatcher:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def status(self) -> list[ReflectorStatus]:
+        return [r.status() for r in self._reflectors]
+
+    def current(self) -> Capacity | None:
+        now = self._clock()
+        with self._lock:
+            for r in self._reflectors:
+                if not r.synced:
+                    return None
+                if (
+                    r.failing_since is not None
+                    and now - r.failing_since > self._cfg.staleAfterSeconds
+                ):
+                    return None
+            nodes = list(self._nodes.objects.values())
+            pods = list(self._pods.objects.values()) if self._pods is not None else None
+            confirmed = [r.confirmed_at for r in self._reflectors if r.confirmed_at is not None]
+        return capacity_from_nodes(
+            nodes,
+            pods,
+            self._cfg,
+            pool_name=self._pool_name,
+            observed_at=min(confirmed) if confirmed else None,
+        )
+
+
+def capacity_source(
+    cfg: CapacityConfig,
+    *,
+    pool_name: str,
+    api_client_factory: Callable[[], k8s_client.ApiClient],
+    clock: Callable[[], float] = time.monotonic,
+) -> StaticCapacity | NodeCapacityWatcher:
+    """The source the config asks for. The API client is built only for `nodes`."""
+    if cfg.nodes is not None:
+        return NodeCapacityWatcher(
+            api_client_factory(), cfg.nodes, pool_name=pool_name, clock=clock
+        )
+    assert cfg.gpus is not None  # config validation: exactly one of gpus / nodes
+    return StaticCapacity(cfg.gpus)
