@@ -15,12 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from scaler.accounting import Capacity, HarvestMeter, inference_gpus
 from scaler.aggregate import aggregate
 from scaler.config import Config, InferenceService
 from scaler.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
 from scaler.discovery import Discovery, Endpoint
 from scaler.load import ServiceLoad
 from scaler.metrics import ScalerMetrics
+from scaler.reserve import ReserveTracker
 from scaler.scrape import ScrapeJob, ScrapeResult, Scraper
 from scaler.snapshot import Snapshots
 from scaler.tracker import TargetTracker
@@ -39,32 +41,20 @@ class SplitPool(Protocol):
         self,
         cfg: Config,
         decisions: Mapping[str, ServiceDecision],
-        capacity: object | None,
+        capacity: Capacity | None,
         reserve_gpus: int,
         *,
         ready_for_research: bool,
     ) -> tuple[PoolSplit, dict[str, ResearchDecision]]: ...
 
 
-class CapacitySource(Protocol):
-    def current(self) -> object | None: ...
-
-
-class ReserveSource(Protocol):
-    def reserve_gpus(self, cfg: Config, inference_gpus: int, now: float) -> int: ...
-
-
-class HarvestSink(Protocol):
-    def observe(self, research_gpus: int, now: float) -> float: ...
-
-
 @dataclass(frozen=True, slots=True)
 class LoopDeps:
     decide: Decide
     split_pool: SplitPool
-    capacity: Callable[[Config], CapacitySource]  # capacity source for the config in force
-    reserve: ReserveSource | None = None
-    harvest: HarvestSink | None = None
+    capacity: Callable[[Config], Capacity | None]  # current capacity under this config
+    reserve: ReserveTracker | None = None  # None: the configured floor only
+    harvest: HarvestMeter | None = None
 
 
 class ControlLoop:
@@ -141,21 +131,20 @@ class ControlLoop:
             services[svc.name] = decision
 
         complete = all(d.fresh for d in services.values())
-        capacity = self._deps.capacity(cfg).current()
-        inference_gpus = sum(
-            max(d.desired or 0, d.current) * d.gpus_per_replica for d in services.values()
-        )
-        reserve = (
-            self._deps.reserve.reserve_gpus(cfg, inference_gpus, now)
-            if self._deps.reserve is not None
-            else cfg.pool.reserveGPUs
-        )
+        capacity = self._deps.capacity(cfg)
+        reserve = cfg.pool.reserveGPUs
+        if self._deps.reserve is not None:
+            self._deps.reserve.reconfigure(cfg.pool)
+            self._deps.reserve.observe(now, inference_gpus(cfg, services))
+            reserve = self._deps.reserve.reserve(now)
         pool, research = self._deps.split_pool(
             cfg, services, capacity, reserve, ready_for_research=self._had_complete_cycle
         )
         self._had_complete_cycle = self._had_complete_cycle or complete
         if self._deps.harvest is not None:
+            before = self._deps.harvest.gpu_hours
             self._deps.harvest.observe(pool.research_gpus, now)
+            self._metrics.harvested.inc(max(0.0, self._deps.harvest.gpu_hours - before))
 
         self._seq += 1
         decision = Decision(

@@ -1,0 +1,245 @@
+"""Assembly: build every part once at startup, wire them, run until SIGTERM.
+
+Nothing here decides anything; it only constructs (registry, HTTP client, cluster
+readers, servers) and passes them in, so tests can build the same graph with fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import httpx
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from scaler import accounting, policy
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.accounting import Capacity
+from scaler.config import Config, InferenceService, ScrapeConfig
+from scaler.discovery import Discovery, StaticDiscovery
+from scaler.grpc_api import ExternalScalerServicer
+from scaler.http_api import HealthServer
+from scaler.loop import ControlLoop, LoopDeps
+from scaler.metrics import ScalerMetrics
+from scaler.reload import ConfigHolder
+from scaler.reserve import ReserveTracker
+from scaler.scrape import Scraper
+from scaler.snapshot import Snapshots
+
+log = logging.getLogger("scaler.app")
+
+SERVICE_NAME = "externalscaler.ExternalScaler"
+
+
+@dataclass
+class Options:
+    config_path: str
+    grpc_port: int | None = None  # override server.grpcPort
+    metrics_port: int | None = None  # override server.metricsPort
+    host: str = "0.0.0.0"
+    drain_seconds: float = 5.0
+    # Kubernetes-backed parts are built only when the config asks for them.
+    kube_api: Callable[[], object] | None = None
+
+
+@dataclass
+class Running:
+    """Handles to a started scaler, for tests and the demo."""
+
+    grpc_port: int
+    metrics_port: int
+    snapshots: Snapshots
+    loop: ControlLoop
+    holder: ConfigHolder
+    metrics: ScalerMetrics
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+def _make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
+    # One client for every target: connection reuse across cycles.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
+        limits=httpx.Limits(max_connections=cfg.maxConcurrency, max_keepalive_connections=cfg.maxConcurrency),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+class Scaler:
+    def __init__(self, config: Config, options: Options) -> None:
+        self.options = options
+        self.registry = CollectorRegistry()
+        self.metrics = ScalerMetrics(self.registry)
+        self.holder = ConfigHolder(options.config_path, config, self.metrics)
+        self.snapshots = Snapshots()
+        self.stop_event = asyncio.Event()
+        self.draining = False
+        self._client = _make_client(config.scrape)
+        self.scraper = Scraper(
+            self._client,
+            timeout_s=config.scrape.timeoutSeconds,
+            max_concurrency=config.scrape.maxConcurrency,
+            max_body_bytes=config.scrape.maxBodyBytes,
+        )
+        self._static = StaticDiscovery()
+        self._kube_discovery: Discovery | None = None
+        self._node_capacity: Any = None  # NodeCapacityWatcher, built when config asks
+        self.harvest = accounting.HarvestMeter()
+        self.loop = ControlLoop(
+            self.holder.current,
+            self._discovery_for,
+            self.scraper,
+            self.snapshots,
+            LoopDeps(
+                decide=policy.decide,
+                split_pool=accounting.split_pool,
+                capacity=self._capacity_for,
+                reserve=ReserveTracker(config.pool),
+                harvest=self.harvest,
+            ),
+            self.metrics,
+        )
+        self.health = health.aio.HealthServicer()
+        self.server: grpc.aio.Server | None = None
+        self.http: HealthServer | None = None
+        self._started = time.monotonic()
+
+    def _discovery_for(self, svc: InferenceService) -> Discovery:
+        if svc.targets.static is not None:
+            return self._static
+        if self._kube_discovery is None:
+            from scaler.kube_discovery import KubeDiscovery
+
+            self._kube_discovery = KubeDiscovery(api_client=self.options.kube_api)
+        return self._kube_discovery
+
+    def _capacity_for(self, cfg: Config) -> Capacity | None:
+        cap = cfg.pool.capacity
+        if cap.gpus is not None:
+            return Capacity(total_gpus=cap.gpus, source="static")
+        if self._node_capacity is None:
+            from scaler.capacity import NodeCapacityWatcher
+
+            self._node_capacity = NodeCapacityWatcher.start_for(cap, self.options.kube_api)
+        return self._node_capacity.current()  # type: ignore[no-any-return]
+
+    # -- probes ---------------------------------------------------------------------
+    def _live(self) -> tuple[bool, str]:
+        cfg, _ = self.holder.current()
+        budget = max(60.0, 10 * cfg.scrape.intervalSeconds)
+        last = self.loop.last_cycle_at
+        ref = last if last is not None else self._started
+        age = time.monotonic() - ref
+        if age > budget:
+            return False, f"no control-loop cycle for {age:.0f}s (budget {budget:.0f}s)"
+        return True, "control loop running"
+
+    def _ready(self) -> tuple[bool, str]:
+        if self.draining:
+            return False, "draining (shutting down)"
+        d = self.snapshots.latest()
+        if d.seq == 0:
+            return False, "first control-loop cycle not complete"
+        return True, f"decision #{d.seq}, config generation {d.config_generation}"
+
+    # -- lifecycle ------------------------------------------------------------------
+    async def start(self) -> Running:
+        cfg, _ = self.holder.current()
+        grpc_port = self.options.grpc_port if self.options.grpc_port is not None else cfg.server.grpcPort
+        metrics_port = (
+            self.options.metrics_port if self.options.metrics_port is not None else cfg.server.metricsPort
+        )
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", 1024 * 1024),
+                ("grpc.max_concurrent_streams", 1000),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        pb_grpc.add_ExternalScalerServicer_to_server(
+            ExternalScalerServicer(self.snapshots, self.metrics), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        address = f"{self.options.host}:{grpc_port}"
+        if cfg.server.tls is not None:
+            from scaler.tls import server_credentials
+
+            bound = self.server.add_secure_port(address, server_credentials(cfg.server.tls))
+        else:
+            bound = self.server.add_insecure_port(address)
+        await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.start()
+        self.http = HealthServer(self.options.host, metrics_port, self.registry, self._live, self._ready)
+        self.http.start()
+
+        # First cycle before declaring ready: KEDA gets answers from real data only.
+        await self.loop.run_once()
+        await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        tasks = [
+            asyncio.create_task(self._run_loop(), name="control-loop"),
+            asyncio.create_task(self.holder.watch(self.stop_event), name="config-watch"),
+        ]
+        log.info(
+            "serving pool %s: gRPC on %s, metrics on :%d",
+            cfg.pool.name,
+            address.replace(str(grpc_port), str(bound)),
+            self.http.port,
+        )
+        return Running(
+            bound, self.http.port, self.snapshots, self.loop, self.holder, self.metrics,
+            self.stop_event, tasks,
+        )
+
+    async def _run_loop(self) -> None:
+        # The first cycle already ran in start(); wait one interval before the next.
+        cfg, _ = self.holder.current()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop_event.wait(), cfg.scrape.intervalSeconds)
+        await self.loop.run(self.stop_event)
+
+    async def shutdown(self, running: Running) -> None:
+        """SIGTERM: not-serving first (probes and KEDA move away), drain, then exit."""
+        self.draining = True
+        await self.health.enter_graceful_shutdown()
+        self.stop_event.set()
+        if self.server is not None:
+            await self.server.stop(self.options.drain_seconds)
+        for t in running.tasks:
+            t.cancel()
+        await asyncio.gather(*running.tasks, return_exceptions=True)
+        await self.close()
+        log.info("stopped cleanly")
+
+    async def close(self) -> None:
+        """Release clients and watchers (also for one-shot use such as `explain`)."""
+        await self._client.aclose()
+        if self._node_capacity is not None:
+            self._node_capacity.stop()
+        if self._kube_discovery is not None:
+            self._kube_discovery.close()
+        if self.http is not None:
+            self.http.stop()
+
+
+async def serve(config: Config, options: Options) -> int:
+    scaler = Scaler(config, options)
+    running = await scaler.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal received: draining for up to %.0fs", options.drain_seconds)
+    await scaler.shutdown(running)
+    return 0
