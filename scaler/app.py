@@ -23,10 +23,12 @@ from prometheus_client import CollectorRegistry
 from scaler import accounting, policy
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.accounting import Capacity
+from scaler.capacity import NodeCapacityWatcher
 from scaler.config import Config, InferenceService, ScrapeConfig
 from scaler.discovery import Discovery, StaticDiscovery
 from scaler.grpc_api import ExternalScalerServicer
 from scaler.http_api import HealthServer
+from scaler.kube import make_api_client
 from scaler.loop import ControlLoop, LoopDeps
 from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
@@ -46,8 +48,8 @@ class Options:
     metrics_port: int | None = None  # override server.metricsPort
     host: str = "0.0.0.0"
     drain_seconds: float = 5.0
-    # Kubernetes-backed parts are built only when the config asks for them.
-    kube_api: Callable[[], object] | None = None
+    # Kubernetes API client factory; the client is built only when the config needs it.
+    kube_api: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -68,7 +70,9 @@ def _make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
     # One client for every target: connection reuse across cycles.
     return httpx.AsyncClient(
         timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
-        limits=httpx.Limits(max_connections=cfg.maxConcurrency, max_keepalive_connections=cfg.maxConcurrency),
+        limits=httpx.Limits(
+            max_connections=cfg.maxConcurrency, max_keepalive_connections=cfg.maxConcurrency
+        ),
         follow_redirects=False,
         trust_env=False,
     )
@@ -91,8 +95,10 @@ class Scaler:
             max_body_bytes=config.scrape.maxBodyBytes,
         )
         self._static = StaticDiscovery()
-        self._kube_discovery: Discovery | None = None
-        self._node_capacity: Any = None  # NodeCapacityWatcher, built when config asks
+        self._kube_discovery: Any = None  # KubeDiscovery, built when a service needs it
+        self._kube_client: Any = None
+        self._node_capacity: NodeCapacityWatcher | None = None
+        self._node_capacity_key: tuple[object, ...] | None = None
         self.harvest = accounting.HarvestMeter()
         self.loop = ControlLoop(
             self.holder.current,
@@ -108,7 +114,7 @@ class Scaler:
             ),
             self.metrics,
         )
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.server: grpc.aio.Server | None = None
         self.http: HealthServer | None = None
         self._started = time.monotonic()
@@ -119,18 +125,30 @@ class Scaler:
         if self._kube_discovery is None:
             from scaler.kube_discovery import KubeDiscovery
 
-            self._kube_discovery = KubeDiscovery(api_client=self.options.kube_api)
+            self._kube_discovery = KubeDiscovery(self._kube())
         return self._kube_discovery
 
     def _capacity_for(self, cfg: Config) -> Capacity | None:
         cap = cfg.pool.capacity
         if cap.gpus is not None:
             return Capacity(total_gpus=cap.gpus, source="static")
-        if self._node_capacity is None:
-            from scaler.capacity import NodeCapacityWatcher
+        assert cap.nodes is not None
+        key = (cap.nodes, cfg.pool.name)
+        if self._node_capacity is None or key != self._node_capacity_key:
+            if self._node_capacity is not None:  # selector changed by a reload
+                self._node_capacity.stop()
+            self._node_capacity = NodeCapacityWatcher(
+                self._kube(), cap.nodes, pool_name=cfg.pool.name
+            )
+            self._node_capacity_key = key
+            self._node_capacity.start()
+        return self._node_capacity.current()
 
-            self._node_capacity = NodeCapacityWatcher.start_for(cap, self.options.kube_api)
-        return self._node_capacity.current()  # type: ignore[no-any-return]
+    def _kube(self) -> Any:
+        if self._kube_client is None:
+            factory = self.options.kube_api or make_api_client
+            self._kube_client = factory()
+        return self._kube_client
 
     # -- probes ---------------------------------------------------------------------
     def _live(self) -> tuple[bool, str]:
@@ -154,9 +172,13 @@ class Scaler:
     # -- lifecycle ------------------------------------------------------------------
     async def start(self) -> Running:
         cfg, _ = self.holder.current()
-        grpc_port = self.options.grpc_port if self.options.grpc_port is not None else cfg.server.grpcPort
+        grpc_port = (
+            self.options.grpc_port if self.options.grpc_port is not None else cfg.server.grpcPort
+        )
         metrics_port = (
-            self.options.metrics_port if self.options.metrics_port is not None else cfg.server.metricsPort
+            self.options.metrics_port
+            if self.options.metrics_port is not None
+            else cfg.server.metricsPort
         )
         self.server = grpc.aio.server(
             options=[
@@ -179,7 +201,9 @@ class Scaler:
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
-        self.http = HealthServer(self.options.host, metrics_port, self.registry, self._live, self._ready)
+        self.http = HealthServer(
+            self.options.host, metrics_port, self.registry, self._live, self._ready
+        )
         self.http.start()
 
         # First cycle before declaring ready: KEDA gets answers from real data only.
@@ -197,8 +221,14 @@ class Scaler:
             self.http.port,
         )
         return Running(
-            bound, self.http.port, self.snapshots, self.loop, self.holder, self.metrics,
-            self.stop_event, tasks,
+            bound,
+            self.http.port,
+            self.snapshots,
+            self.loop,
+            self.holder,
+            self.metrics,
+            self.stop_event,
+            tasks,
         )
 
     async def _run_loop(self) -> None:

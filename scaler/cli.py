@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(explain)
     explain.set_defaults(func=_cmd_explain)
     demo = sub.add_parser(
-        "demo", help="simulated pool on loopback + the real scaler (what `make run` runs)",
+        "demo",
+        help="simulated pool on loopback + the real scaler (what `make run` runs)",
         add_help=False,
     )
     demo.add_argument("demo_args", nargs=argparse.REMAINDER)

@@ -128,7 +128,9 @@ class KubernetesTargets(_Model):
     @model_validator(mode="after")
     def _exactly_one(self) -> KubernetesTargets:
         if (self.labelSelector is None) == (self.service is None):
-            raise ValueError("set exactly one of 'labelSelector' (pods) or 'service' (EndpointSlices)")
+            raise ValueError(
+                "set exactly one of 'labelSelector' (pods) or 'service' (EndpointSlices)"
+            )
         return self
 
 

@@ -58,20 +58,21 @@ class PoolSplit:
     fail_closed: str | None = None  # reason research got 0, if it did
 
 
-def _frozen(d: Mapping[str, object] | None = None) -> Mapping:  # type: ignore[type-arg]
-    return MappingProxyType(dict(d or {}))
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     seq: int  # increments every cycle; 0 = no cycle completed yet
     wall_time: float  # time.time() of the cycle, for humans
-    services: Mapping[str, ServiceDecision] = field(default_factory=_frozen)
-    research: Mapping[str, ResearchDecision] = field(default_factory=_frozen)
+    services: Mapping[str, ServiceDecision] = field(default_factory=dict)
+    research: Mapping[str, ResearchDecision] = field(default_factory=dict)
     pool: PoolSplit | None = None
     config_generation: int = 0
     config: Config | None = None  # the config this decision was made under (names, targets)
     complete: bool = False  # every service had fresh data (research may be lent GPUs)
+
+    def __post_init__(self) -> None:
+        # Read-only views: a published snapshot can never be changed under a reader.
+        object.__setattr__(self, "services", MappingProxyType(dict(self.services)))
+        object.__setattr__(self, "research", MappingProxyType(dict(self.research)))
 
     @staticmethod
     def initial() -> Decision:

@@ -9,6 +9,7 @@ same code. The cycle never raises: a failing part degrades to "no data" for that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from scaler.discovery import Discovery, Endpoint
 from scaler.load import ServiceLoad
 from scaler.metrics import ScalerMetrics
 from scaler.reserve import ReserveTracker
-from scaler.scrape import ScrapeJob, ScrapeResult, Scraper
+from scaler.scrape import ScrapeJob, Scraper, ScrapeResult
 from scaler.snapshot import Snapshots
 from scaler.tracker import TargetTracker
 
@@ -147,7 +148,7 @@ class ControlLoop:
             self._metrics.harvested.inc(max(0.0, self._deps.harvest.gpu_hours - before))
 
         self._seq += 1
-        decision = Decision(
+        result = Decision(
             seq=self._seq,
             wall_time=self._wall(),
             services=services,
@@ -157,12 +158,12 @@ class ControlLoop:
             config=cfg,
             complete=complete,
         )
-        self._snapshots.publish(decision)
-        self._metrics.observe_decision(decision)
+        self._snapshots.publish(result)
+        self._metrics.observe_decision(result)
         self._metrics.cycles.inc()
         self._metrics.cycle_duration.observe(self._clock() - started)
         self.last_cycle_at = self._clock()
-        return decision
+        return result
 
     def _forget_removed(self, cfg: Config) -> None:
         services = {s.name for s in cfg.inference}
@@ -188,7 +189,5 @@ class ControlLoop:
             now = self._clock()
             if next_at < now:  # overran (or the clock jumped): restart the cadence
                 next_at = now + interval
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=next_at - now)
-            except TimeoutError:
-                pass

@@ -17,14 +17,18 @@ class ScalerMetrics:
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(p + name, doc, labels, registry=registry)
 
-        self.desired = gauge("desired_replicas", "Replica target per inference service.", ("service",))
+        self.desired = gauge(
+            "desired_replicas", "Replica target per inference service.", ("service",)
+        )
         self.current = gauge(
             "current_replicas", "Replicas that exist (ready + starting + unhealthy).", ("service",)
         )
         self.ready = gauge("ready_replicas", "Replicas serving with fresh metrics.", ("service",))
         self.starting = gauge("starting_replicas", "Replicas discovered, not Ready.", ("service",))
         self.fresh = gauge(
-            "service_data_fresh", "1 when every replica of the service has fresh data.", ("service",)
+            "service_data_fresh",
+            "1 when every replica of the service has fresh data.",
+            ("service",),
         )
         self.signal_value = gauge(
             "signal_value", "Observed value of each policy signal.", ("service", "signal")
@@ -87,9 +91,9 @@ class ScalerMetrics:
             self.ready.labels(name).set(s.ready)
             self.starting.labels(name).set(s.starting)
             self.fresh.labels(name).set(1 if s.fresh else 0)
-            for v in s.signals:
-                self.signal_value.labels(name, v.signal).set(v.value)
-                self.signal_replicas.labels(name, v.signal).set(v.replicas)
+            for sig in s.signals:
+                self.signal_value.labels(name, sig.signal).set(sig.value)
+                self.signal_replicas.labels(name, sig.signal).set(sig.replicas)
         for name, r in d.research.items():
             self.research_slots.labels(name).set(r.slots)
         if d.pool is not None:

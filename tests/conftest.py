@@ -85,8 +85,16 @@ def exposition_server() -> Iterator[Callable[[str], ExpositionServer]]:
         s.close()
 
 
-def vllm_exposition(waiting: float, running: float, kv: float, *, model: str = "tiny-llama",
-                    engines: int = 1, prompt: float = 0.0, generation: float = 0.0) -> str:
+def vllm_exposition(
+    waiting: float,
+    running: float,
+    kv: float,
+    *,
+    model: str = "tiny-llama",
+    engines: int = 1,
+    prompt: float = 0.0,
+    generation: float = 0.0,
+) -> str:
     """The real idle capture with the load gauges rewritten (keeps every other family)."""
     base = (FIXTURES / "metrics_idle.txt").read_text()
     lines = []

@@ -37,8 +37,15 @@ CONFIG: Config = parse_config(
 
 def svc(name: str, desired: int | None, *, fresh: bool = True, ready: int = 2) -> ServiceDecision:
     return ServiceDecision(
-        name=name, namespace="serving", desired=desired, current=ready, ready=ready,
-        starting=0, reason="test", fresh=fresh, gpus_per_replica=4,
+        name=name,
+        namespace="serving",
+        desired=desired,
+        current=ready,
+        ready=ready,
+        starting=0,
+        reason="test",
+        fresh=fresh,
+        gpus_per_replica=4,
     )
 
 
@@ -46,7 +53,10 @@ def decision(seq: int, chat: ServiceDecision | None, eval_slots: int = 5) -> Dec
     services = {"chat": chat} if chat is not None else {}
     services["code"] = svc("code", 1)
     return Decision(
-        seq=seq, wall_time=1000.0 + seq, config=CONFIG, config_generation=1,
+        seq=seq,
+        wall_time=1000.0 + seq,
+        config=CONFIG,
+        config_generation=1,
         services=services,
         research={
             "eval": ResearchDecision("eval", eval_slots, 1, "test"),
@@ -92,7 +102,10 @@ KEDA_KEYS = {"scalerAddress": "gps.keda:50051", "enableTLS": "false", "unsafeSsl
 
 
 async def test_metric_spec_is_stable_and_sets_both_target_fields(h: Harness) -> None:
-    for md, name in (({"service": "chat"}, "inference-chat"), ({"researchClass": "eval"}, "research-eval")):
+    for md, name in (
+        ({"service": "chat"}, "inference-chat"),
+        ({"researchClass": "eval"}, "research-eval"),
+    ):
         for _ in range(2):  # HPA targets are rebuilt only on change: must be stable
             resp = await h.stub.GetMetricSpec(ref(**md, **KEDA_KEYS))
             assert [(s.metricName, s.targetSize, s.targetSizeFloat) for s in resp.metricSpecs] == [
@@ -102,7 +115,9 @@ async def test_metric_spec_is_stable_and_sets_both_target_fields(h: Harness) -> 
 
 async def test_get_metrics_reports_desired_replicas_in_both_fields(h: Harness) -> None:
     resp = await h.stub.GetMetrics(
-        pb.GetMetricsRequest(scaledObjectRef=ref(service="chat", **KEDA_KEYS), metricName="inference-chat")
+        pb.GetMetricsRequest(
+            scaledObjectRef=ref(service="chat", **KEDA_KEYS), metricName="inference-chat"
+        )
     )
     assert [(v.metricName, v.metricValue, v.metricValueFloat) for v in resp.metricValues] == [
         ("inference-chat", 3, 3.0)
@@ -127,8 +142,12 @@ async def test_keda_prefixed_metric_name_is_accepted(h: Harness) -> None:
     ("md", "threshold_active"),
     [
         pytest.param({"service": "chat"}, True, id="inference-3-above-default-0"),
-        pytest.param({"service": "chat", "activationThreshold": "3"}, False, id="inference-3-not-above-3"),
-        pytest.param({"service": "chat", "activationThreshold": "2.5"}, True, id="inference-3-above-2.5"),
+        pytest.param(
+            {"service": "chat", "activationThreshold": "3"}, False, id="inference-3-not-above-3"
+        ),
+        pytest.param(
+            {"service": "chat", "activationThreshold": "2.5"}, True, id="inference-3-above-2.5"
+        ),
         pytest.param({"researchClass": "eval"}, True, id="research-5-slots"),
         pytest.param({"researchClass": "train"}, False, id="research-0-slots"),
     ],
@@ -140,22 +159,62 @@ async def test_is_active_compares_value_with_activation_threshold(
 
 
 ERROR_CASES = [
-    pytest.param({}, "GetMetricSpec", grpc.StatusCode.INVALID_ARGUMENT,
-                 ["'service'", "'researchClass'", "chat, code", "eval, train"], id="no-key"),
-    pytest.param({"service": "nope"}, "GetMetricSpec", grpc.StatusCode.INVALID_ARGUMENT,
-                 ["'service'", "'nope'", "known: chat, code"], id="unknown-service"),
-    pytest.param({"researchClass": "nope"}, "IsActive", grpc.StatusCode.INVALID_ARGUMENT,
-                 ["'researchClass'", "known: eval, train"], id="unknown-research-class"),
-    pytest.param({"service": "chat", "researchClass": "eval"}, "GetMetricSpec",
-                 grpc.StatusCode.INVALID_ARGUMENT, ["both"], id="both-keys"),
-    pytest.param({"service": "chat", "activationThreshold": "lots"}, "IsActive",
-                 grpc.StatusCode.INVALID_ARGUMENT, ["'activationThreshold'", "'lots'"], id="bad-activation"),
-    pytest.param({"service": "chat", "activationThreshold": "-1"}, "IsActive",
-                 grpc.StatusCode.INVALID_ARGUMENT, ["'activationThreshold'"], id="negative-activation"),
-    pytest.param({"service": "chat", "pool": "other"}, "GetMetricSpec",
-                 grpc.StatusCode.INVALID_ARGUMENT, ["'pool'", "shared-h100"], id="wrong-pool"),
-    pytest.param({"service": "nope"}, "GetMetrics", grpc.StatusCode.INVALID_ARGUMENT,
-                 ["'service'"], id="get-metrics-unknown-service"),
+    pytest.param(
+        {},
+        "GetMetricSpec",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'service'", "'researchClass'", "chat, code", "eval, train"],
+        id="no-key",
+    ),
+    pytest.param(
+        {"service": "nope"},
+        "GetMetricSpec",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'service'", "'nope'", "known: chat, code"],
+        id="unknown-service",
+    ),
+    pytest.param(
+        {"researchClass": "nope"},
+        "IsActive",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'researchClass'", "known: eval, train"],
+        id="unknown-research-class",
+    ),
+    pytest.param(
+        {"service": "chat", "researchClass": "eval"},
+        "GetMetricSpec",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["both"],
+        id="both-keys",
+    ),
+    pytest.param(
+        {"service": "chat", "activationThreshold": "lots"},
+        "IsActive",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'activationThreshold'", "'lots'"],
+        id="bad-activation",
+    ),
+    pytest.param(
+        {"service": "chat", "activationThreshold": "-1"},
+        "IsActive",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'activationThreshold'"],
+        id="negative-activation",
+    ),
+    pytest.param(
+        {"service": "chat", "pool": "other"},
+        "GetMetricSpec",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'pool'", "shared-h100"],
+        id="wrong-pool",
+    ),
+    pytest.param(
+        {"service": "nope"},
+        "GetMetrics",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'service'"],
+        id="get-metrics-unknown-service",
+    ),
 ]
 
 
@@ -237,7 +296,9 @@ async def test_before_first_cycle_inference_unavailable_research_zero() -> None:
         await harness.server.stop(0)
 
 
-async def test_from_env_values_are_never_logged(h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+async def test_from_env_values_are_never_logged(
+    h: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     with pytest.raises(grpc.aio.AioRpcError):
         await h.stub.GetMetricSpec(ref(service="nope", tokenFromEnv="s3cr3t-value", **KEDA_KEYS))
@@ -291,7 +352,9 @@ async def test_requests_are_counted_by_method_and_code(h: Harness) -> None:
     with pytest.raises(grpc.aio.AioRpcError):
         await h.stub.IsActive(ref(service="nope"))
     reg = h.metrics.registry
-    ok = reg.get_sample_value("gpu_pool_scaler_grpc_requests_total", {"method": "IsActive", "code": "OK"})
+    ok = reg.get_sample_value(
+        "gpu_pool_scaler_grpc_requests_total", {"method": "IsActive", "code": "OK"}
+    )
     bad = reg.get_sample_value(
         "gpu_pool_scaler_grpc_requests_total", {"method": "IsActive", "code": "INVALID_ARGUMENT"}
     )

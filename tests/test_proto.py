@@ -27,13 +27,21 @@ def test_stubs_do_not_drift_from_proto(tmp_path: Path) -> None:
     bindir = Path(sys.executable).parent
     subprocess.run(
         [
-            sys.executable, "-m", "grpc_tools.protoc", "-Iscaler/_proto=protos",
-            "--python_out=.", "--grpc_python_out=.", "--mypy_out=.", "--mypy_grpc_out=.",
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-Iscaler/_proto=protos",
+            "--python_out=.",
+            "--grpc_python_out=.",
+            "--mypy_out=.",
+            "--mypy_grpc_out=.",
             f"--plugin=protoc-gen-mypy={bindir / 'protoc-gen-mypy'}",
             f"--plugin=protoc-gen-mypy_grpc={bindir / 'protoc-gen-mypy_grpc'}",
             "protos/externalscaler.proto",
         ],
-        cwd=tmp_path, check=True, capture_output=True,
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
     )
     for name in GENERATED:
         fresh = (tmp_path / "scaler" / "_proto" / name).read_text()
@@ -47,8 +55,9 @@ def test_wire_contract_matches_keda() -> None:
     assert fd.package == "externalscaler"
     svc = fd.services_by_name["ExternalScaler"]
     assert svc.full_name == "externalscaler.ExternalScaler"
-    methods = {m.name: (m.input_type.name, m.output_type.name, m.server_streaming)
-               for m in svc.methods}
+    methods = {
+        m.name: (m.input_type.name, m.output_type.name, m.server_streaming) for m in svc.methods
+    }
     assert methods == {
         "IsActive": ("ScaledObjectRef", "IsActiveResponse", False),
         "StreamIsActive": ("ScaledObjectRef", "IsActiveResponse", True),
