@@ -23,6 +23,8 @@ class SignalVerdict:
     value: float  # observed value (per replica, or fraction)
     target: float  # configured threshold
     replicas: int  # replicas this signal alone asks for
+    abstain: bool = False  # no reading this cycle (e.g. no token rate yet): holds, never lowers
+    note: str = ""  # short qualifier shown by explain, e.g. "capped during cold start"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,9 @@ class ServiceDecision:
     signals: tuple[SignalVerdict, ...] = ()
     fresh: bool = False  # data complete and fresh this cycle
     gpus_per_replica: int = 1
+    decided_by: str = ""  # signal that set `desired`, or "min"/"max"/"stabilization"/"stale"/...
+    recommended: int | None = None  # max over signals, clamped, before stabilization and steps
+    hpa_note: str = ""  # set when the HPA's default 10 % tolerance would swallow this change
 
 
 @dataclass(frozen=True, slots=True)
