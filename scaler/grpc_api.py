@@ -147,7 +147,11 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         self._metrics = metrics
 
     async def _fail(
-        self, context: grpc.aio.ServicerContext, method: str, ref: pb.ScaledObjectRef, e: RequestError
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        ref: pb.ScaledObjectRef,
+        e: RequestError,
     ) -> None:
         self._metrics.grpc_requests.labels(method, e.code.name).inc()
         level = logging.INFO if e.code is grpc.StatusCode.UNAVAILABLE else logging.WARNING
@@ -210,7 +214,8 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
                     or (t.kind == "research" and d.config.research_class(t.name) is None)
                 ):
                     await context.abort(
-                        grpc.StatusCode.NOT_FOUND, f"{t.kind} {t.name!r} was removed from the config"
+                        grpc.StatusCode.NOT_FOUND,
+                        f"{t.kind} {t.name!r} was removed from the config",
                     )
         finally:
             self._metrics.open_streams.dec()
