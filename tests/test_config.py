@@ -1,0 +1,115 @@
+"""Config parsing: the DESIGN.md example loads; every bad file names the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scaler.config import ConfigError, load_config, parse_config, parse_config_text
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "scaler" / "examples" / "pool.yaml"
+
+
+def base() -> dict:  # type: ignore[type-arg]
+    return {
+        "pool": {"name": "p", "capacity": {"gpus": 8}},
+        "inference": [{"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}}],
+        "research": [{"name": "eval", "gpusPerJob": 1}],
+    }
+
+
+def test_design_md_example_loads_with_documented_values() -> None:
+    cfg = load_config(EXAMPLE)
+    assert (cfg.server.grpcPort, cfg.server.metricsPort) == (50051, 8080)
+    assert (cfg.pool.name, cfg.pool.capacity.gpus, cfg.pool.reserveGPUs) == ("shared-h100", 64, 4)
+    chat = cfg.inference[0]
+    assert (chat.name, chat.gpusPerReplica, chat.minReplicas, chat.maxReplicas) == ("chat", 4, 1, 16)
+    assert chat.thresholds.waitingPerReplica == 5 and chat.thresholds.kvCacheUsage == 0.8
+    assert chat.scaleDown.stabilizationSeconds == 300 and chat.coldStartSeconds == 180
+    assert cfg.research[0].maxJobs == 32
+
+
+def test_defaults_fill_everything_not_required() -> None:
+    cfg = parse_config(base())
+    assert cfg.scrape.intervalSeconds == 5 and cfg.scrape.staleAfterSeconds == 30
+    svc = cfg.inference[0]
+    assert svc.namespace == "default" and svc.engine == "vllm"
+    # No thresholds block: llm-d's saturation levels (queue 5, KV 0.8).
+    assert (svc.thresholds.waitingPerReplica, svc.thresholds.kvCacheUsage) == (5.0, 0.8)
+
+
+def _set(d: dict, path: str, value: object) -> dict:  # type: ignore[type-arg]
+    cur = d
+    keys = path.split(".")
+    for k in keys[:-1]:
+        cur = cur[int(k)] if k.isdigit() else cur[k]
+    last = keys[-1]
+    if value is KeyError:
+        del cur[last]
+    else:
+        cur[int(last) if last.isdigit() else last] = value
+    return d
+
+
+BAD = [
+    ("pool-name-missing", "pool.name", KeyError, "pool.name: Field required"),
+    ("pool-name-not-dns", "pool.name", "Shared_H100", "pool.name"),
+    ("capacity-neither", "pool.capacity", {}, "pool.capacity: set exactly one of 'gpus'"),
+    ("capacity-both", "pool.capacity", {"gpus": 1, "nodes": {}}, "pool.capacity: set exactly one"),
+    ("negative-reserve", "pool.reserveGPUs", -1, "pool.reserveGPUs"),
+    ("gpus-per-replica-missing", "inference.0.gpusPerReplica", KeyError,
+     "inference[0].gpusPerReplica: Field required"),
+    ("gpus-per-replica-zero", "inference.0.gpusPerReplica", 0, "inference[0].gpusPerReplica"),
+    ("min-above-max", "inference.0.minReplicas", 20, "minReplicas (20) is greater than maxReplicas"),
+    ("unknown-engine", "inference.0.engine", "triton", "inference[0].engine"),
+    ("typo-key", "inference.0.thresholds", {"waitingPerReplicas": 5},
+     "inference[0].thresholds.waitingPerReplicas: Extra inputs are not permitted"),
+    ("all-thresholds-off", "inference.0.thresholds", {"waitingPerReplica": 0},
+     "inference[0].thresholds: at least one threshold"),
+    ("kv-above-one", "inference.0.thresholds", {"kvCacheUsage": 80}, "kvCacheUsage"),
+    ("static-not-host-port", "inference.0.targets", {"static": ["10.0.0.5"]},
+     "inference[0].targets: static[0] '10.0.0.5' is not host:port"),
+    ("targets-both", "inference.0.targets", {"static": ["a:1"], "kubernetes": {"labelSelector": "a=b"}},
+     "set exactly one of 'static' or 'kubernetes'"),
+    ("research-gpus-missing", "research.0.gpusPerJob", KeyError, "research[0].gpusPerJob: Field required"),
+    ("timeout-above-interval", "scrape", {"intervalSeconds": 1, "timeoutSeconds": 2},
+     "timeoutSeconds must not exceed intervalSeconds"),
+    ("stale-below-interval", "scrape", {"intervalSeconds": 10, "staleAfterSeconds": 5},
+     "staleAfterSeconds must be at least intervalSeconds"),
+    ("port-out-of-range", "server", {"grpcPort": 70000}, "server.grpcPort"),
+    ("duplicate-service", "inference.1", None, "inference: duplicate name 'chat'"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "needle"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_config_names_file_and_key(path: str, value: object, needle: str) -> None:
+    data = base()
+    if path == "inference.1":
+        data["inference"].append(dict(data["inference"][0]))
+    else:
+        _set(data, path, value)
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "pool.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("pool.yaml: ")
+    assert needle in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param("pool: [", "invalid YAML", id="yaml-syntax"),
+        pytest.param("- just\n- a list\n", "top level must be a mapping", id="not-a-mapping"),
+        pytest.param("", "top level must be a mapping", id="empty"),
+    ],
+)
+def test_unparseable_text(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        parse_config_text(text, "x.yaml")
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
+        load_config(tmp_path / "nope.yaml")
