@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
-import httpx
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -24,7 +23,7 @@ from scaler import accounting, policy
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.accounting import Capacity
 from scaler.capacity import NodeCapacityWatcher
-from scaler.config import Config, InferenceService, ScrapeConfig
+from scaler.config import Config, InferenceService
 from scaler.discovery import Discovery, StaticDiscovery
 from scaler.grpc_api import ExternalScalerServicer
 from scaler.http_api import HealthServer
@@ -33,7 +32,7 @@ from scaler.loop import ControlLoop, LoopDeps
 from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
 from scaler.reserve import ReserveTracker
-from scaler.scrape import Scraper
+from scaler.scrape import BearerToken, Scraper, make_client
 from scaler.snapshot import Snapshots
 
 log = logging.getLogger("scaler.app")
@@ -48,6 +47,7 @@ class Options:
     metrics_port: int | None = None  # override server.metricsPort
     host: str = "0.0.0.0"
     drain_seconds: float = 5.0
+    reload_seconds: float = 2.0  # how often the config file is checked for changes
     # Kubernetes API client factory; the client is built only when the config needs it.
     kube_api: Callable[[], Any] | None = None
 
@@ -66,18 +66,6 @@ class Running:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-def _make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
-    # One client for every target: connection reuse across cycles.
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
-        limits=httpx.Limits(
-            max_connections=cfg.maxConcurrency, max_keepalive_connections=cfg.maxConcurrency
-        ),
-        follow_redirects=False,
-        trust_env=False,
-    )
-
-
 class Scaler:
     def __init__(self, config: Config, options: Options) -> None:
         self.options = options
@@ -87,12 +75,15 @@ class Scaler:
         self.snapshots = Snapshots()
         self.stop_event = asyncio.Event()
         self.draining = False
-        self._client = _make_client(config.scrape)
+        # Client and scraper limits are read at startup; a reload changes them on restart.
+        self._client = make_client(config.scrape)
+        token = config.scrape.bearerTokenFile
         self.scraper = Scraper(
             self._client,
             timeout_s=config.scrape.timeoutSeconds,
             max_concurrency=config.scrape.maxConcurrency,
             max_body_bytes=config.scrape.maxBodyBytes,
+            headers=BearerToken(token).headers if token else None,
         )
         self._static = StaticDiscovery()
         self._kube_discovery: Any = None  # KubeDiscovery, built when a service needs it
@@ -212,7 +203,9 @@ class Scaler:
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
         tasks = [
             asyncio.create_task(self._run_loop(), name="control-loop"),
-            asyncio.create_task(self.holder.watch(self.stop_event), name="config-watch"),
+            asyncio.create_task(
+                self.holder.watch(self.stop_event, self.options.reload_seconds), name="config-watch"
+            ),
         ]
         log.info(
             "serving pool %s: gRPC on %s, metrics on :%d",
