@@ -1,0 +1,258 @@
+"""The whole scaler, in-process and as `gpu-pool-scaler serve`: real gRPC, real HTTP, real
+loopback targets serving the real vLLM captures from ../shared/fixtures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.app import Options, Running, Scaler
+from scaler.config import load_config
+from scaler.decision import ServiceDecision
+from tests.conftest import FIXTURES, ExpositionServer, vllm_exposition
+
+
+def write_config(path: Path, targets: list[str], **overrides: object) -> Path:
+    svc = {
+        "name": "chat",
+        "namespace": "serving",
+        "gpusPerReplica": 4,
+        "minReplicas": 1,
+        "maxReplicas": 16,
+        "targets": {"static": targets},
+        "thresholds": {"waitingPerReplica": 5},
+        "scaleDown": {"stabilizationSeconds": 0, "stepSeconds": 0, "maxStepReplicas": 16},
+    }
+    svc.update(overrides)
+    cfg = {
+        "server": {"grpcPort": 0, "metricsPort": 0},
+        "pool": {"name": "shared-h100", "capacity": {"gpus": 64}, "reserveGPUs": 4},
+        "scrape": {"intervalSeconds": 0.2, "timeoutSeconds": 0.2, "staleAfterSeconds": 5},
+        "inference": [svc],
+        "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 100}],
+    }
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class Client:
+    def __init__(self, port: int) -> None:
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        self.stub = pb_grpc.ExternalScalerStub(self.channel)
+
+    async def value(self, **md: str) -> int:
+        ref = pb.ScaledObjectRef(name="so", namespace="serving", scalerMetadata=md)
+        spec = await self.stub.GetMetricSpec(ref)
+        name = spec.metricSpecs[0].metricName
+        resp = await self.stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=ref, metricName=name)
+        )
+        assert resp.metricValues[0].metricValueFloat == float(resp.metricValues[0].metricValue)
+        return resp.metricValues[0].metricValue
+
+
+async def wait_for(pred: Callable[[], object], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        r = pred()
+        if asyncio.iscoroutine(r):
+            r = await r
+        if r:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+@dataclass
+class Env:
+    scaler: Scaler
+    running: Running
+    target: ExpositionServer
+    client: Client
+    path: Path
+
+    def chat(self) -> ServiceDecision:
+        return self.env.chat()
+
+
+@pytest.fixture
+async def env(
+    tmp_path: Path, exposition_server: Callable[[str], ExpositionServer]
+) -> AsyncIterator[Env]:
+    target = exposition_server((FIXTURES / "metrics_after_load.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    scaler = Scaler(load_config(path), Options(str(path), host="127.0.0.1", reload_seconds=0.1))
+    running = await scaler.start()
+    client = Client(running.grpc_port)
+    yield Env(scaler, running, target, client, path)
+    await client.channel.close()
+    await scaler.shutdown(running)
+
+
+async def test_reads_real_capture_and_answers_keda(env: Env) -> None:
+    d = env.running.snapshots.latest()
+    client = env.client
+    chat = d.services["chat"]
+    # The real capture: one engine, nothing waiting, so the target is minReplicas.
+    assert (chat.ready, chat.fresh, chat.desired) == (1, True, 1)
+    assert await client.value(service="chat") == 1
+    # 64 GPUs − 1 replica × 4 − reserve 4 = 56 one-GPU research slots.
+    assert await client.value(researchClass="eval") == 56
+
+
+async def test_queue_raises_the_target_and_it_comes_back(env: Env) -> None:
+    target, client = env.target, env.client
+    target.set(vllm_exposition(waiting=40, running=8, kv=0.5))
+    await wait_for(lambda: env.chat().desired == 8)
+    assert await client.value(service="chat") == 8  # 40 waiting / 5 per replica
+    assert await client.value(researchClass="eval") == 64 - 8 * 4 - 4
+    target.set(vllm_exposition(waiting=0, running=0, kv=0.0))
+    await wait_for(lambda: env.chat().desired == 1)
+
+
+async def test_garbage_metrics_mark_target_failed_and_hold(env: Env) -> None:
+    running, target, client = env.running, env.target, env.client
+    target.set(vllm_exposition(waiting=40, running=8, kv=0.5))
+    await wait_for(lambda: env.chat().desired == 8)
+    target.set('vllm:num_requests_waiting{engine="0" 12\n}}} not metrics\n')
+    await wait_for(lambda: "malformed" in env.chat().reason)
+    chat = env.chat()
+    assert chat.desired == 8 and not chat.fresh  # held, never a silent scale-down
+    assert await client.value(researchClass="eval") == 0  # research fails closed
+    failed = running.metrics.registry.get_sample_value(
+        "gpu_pool_scaler_scrape_total", {"service": "chat", "result": "error"}
+    )
+    assert failed and failed >= 1
+
+
+async def test_http_side_port(env: Env) -> None:
+    running = env.running
+    base = f"http://127.0.0.1:{running.metrics_port}"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    status, body = await asyncio.to_thread(get, "/metrics")
+    assert status == 200
+    assert 'gpu_pool_scaler_desired_replicas{service="chat"} 1.0' in body
+    assert 'gpu_pool_scaler_research_slots{research_class="eval"} 56.0' in body
+    assert (await asyncio.to_thread(get, "/healthz"))[0] == 200
+    status, body = await asyncio.to_thread(get, "/readyz")
+    assert status == 200 and json.loads(body)["ok"] is True
+
+
+async def test_grpc_health_serving_after_first_cycle(env: Env) -> None:
+    client = env.client
+    stub = health_pb2_grpc.HealthStub(client.channel)
+    for service in ("", "externalscaler.ExternalScaler"):
+        resp = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reload_valid_file_takes_effect(env: Env) -> None:
+    running, target, client, path = env.running, env.target, env.client, env.path
+    target.set(vllm_exposition(waiting=40, running=8, kv=0.5))
+    await wait_for(lambda: env.chat().desired == 8)
+    write_config(path, [target.address], thresholds={"waitingPerReplica": 10})
+    await wait_for(lambda: running.snapshots.latest().config_generation == 2)
+    await wait_for(lambda: env.chat().desired == 4)
+    assert await client.value(service="chat") == 4
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("pool: [unclosed\n", id="invalid-yaml"),
+        pytest.param(None, id="semantically-invalid"),
+    ],
+)
+async def test_reload_invalid_file_keeps_old_config(env: Env, bad: str | None) -> None:
+    running, target, client, path = env.running, env.target, env.client, env.path
+    if bad is None:
+        write_config(path, [target.address], minReplicas=20)  # min > max
+    else:
+        path.write_text(bad)
+    reg = running.metrics.registry
+    await wait_for(
+        lambda: reg.get_sample_value("gpu_pool_scaler_config_reloads_total", {"result": "invalid"})
+    )
+    assert running.holder.current()[1] == 1
+    assert running.holder.last_error and "pool.yaml" in running.holder.last_error
+    seq = running.snapshots.latest().seq
+    await wait_for(lambda: running.snapshots.latest().seq > seq + 1)  # still deciding
+    assert await client.value(service="chat") == 1
+
+
+# -- the real command line ----------------------------------------------------------------
+
+
+def _serve(path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scaler", "serve", "--config", str(path), "--log-format", "text"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def test_serve_exits_2_on_bad_config_naming_the_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "pool.yaml", ["127.0.0.1:1"], gpusPerReplica=0)
+    proc = _serve(path)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert "pool.yaml" in out and "inference[0].gpusPerReplica" in out
+
+
+def test_sigterm_drains_and_exits_0(
+    tmp_path: Path, exposition_server: Callable[[str], ExpositionServer]
+) -> None:
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    proc = _serve(path)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    port = None
+    deadline = time.monotonic() + 60
+    while port is None and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        m = re.search(r"gRPC on [\d.]+:(\d+)", line)
+        port = int(m.group(1)) if m else None
+    assert port, "".join(lines)
+
+    async def ask() -> int:
+        c = Client(port)
+        try:
+            return await c.value(service="chat")
+        finally:
+            await c.channel.close()
+
+    assert asyncio.run(ask()) == 1
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, "".join(lines) + out
+    assert "draining" in out and "stopped cleanly" in out
