@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -100,22 +99,55 @@ _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}
 Series = dict[tuple[tuple[str, str], ...], float]  # sorted labels -> value
 
 
-def _lines(text: str, name: str) -> Iterator[str]:
-    """Every sample line of metric `name` exactly (not `name_suffix`), anywhere in text."""
-    n = len(name)
-    needle = "\n" + name
-    start = 0 if text.startswith(name) else -1
-    if start == -1:
-        i = text.find(needle)
-        start = -1 if i == -1 else i + 1
-    while start != -1:
-        end = text.find("\n", start)
-        if end == -1:
-            end = len(text)
-        if text[start + n : start + n + 1] in ("{", " ", "\t"):
-            yield text[start:end]
-        i = text.find(needle, end)
-        start = -1 if i == -1 else i + 1
+class _Scan:
+    """The lines of the wanted metrics (and their TYPE lines), found in one regex pass.
+
+    The pattern starts with a literal newline, so the regex engine jumps from line start
+    to line start at C speed and only tries the name alternation there.
+    """
+
+    def __init__(self, text: str, pattern: re.Pattern[str]) -> None:
+        self.samples: dict[str, list[str]] = {}
+        self.types: dict[str, list[str]] = {}
+        for m in pattern.finditer("\n" + text):
+            name = m.group(2)
+            if m.group(1):
+                self.types.setdefault(name, []).append(m.group(3))
+            else:
+                self.samples.setdefault(name, []).append(m.group(0)[1:])
+
+
+def _scan_pattern(names: _Names) -> re.Pattern[str]:
+    samples = {
+        *names.waiting,
+        *names.running,
+        *names.kv,
+        *names.prompt_tokens,
+        *names.generation_tokens,
+        *names.preemptions,
+        *names.swapped,
+        START_TIME,
+    }
+    # Counter families may be TYPE'd under the name without `_total` (older clients).
+    families = samples | {n.removesuffix("_total") for n in samples}
+    return re.compile(rf"\n(# TYPE )?({_trie(sorted(families))})(?=[{{ \t])([^\n]*)")
+
+
+def _trie(words: list[str]) -> str:
+    """An alternation with shared prefixes factored out: `a(?:b|c)`, so a line that is not
+    wanted fails on its first differing character instead of once per name."""
+    if len(words) == 1:
+        return re.escape(words[0])
+    groups: dict[str, list[str]] = {}
+    for w in words:
+        groups.setdefault(w[:1], []).append(w[1:])
+    alts = []
+    for head, tails in groups.items():
+        if not head:
+            continue  # the empty word: handled by making the group optional below
+        alts.append(re.escape(head) + _trie(tails))
+    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return f"(?:{body})?" if "" in groups else body
 
 
 def _labels(block: str | None) -> tuple[tuple[str, str], ...]:
@@ -133,10 +165,13 @@ def _labels(block: str | None) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-def _series(text: str, name: str) -> Series | None:
+def _series(scan: _Scan, name: str) -> Series | None:
     """All series of one metric, strictly parsed; None when the metric is absent."""
-    out: Series | None = None
-    for line in _lines(text, name):
+    lines = scan.samples.get(name)
+    if lines is None:
+        return None
+    out: Series = {}
+    for line in lines:
         m = _LINE.fullmatch(line)
         if m is None:
             raise ParseError(f"malformed sample line: {line[:200]!r}")
@@ -147,37 +182,34 @@ def _series(text: str, name: str) -> Series | None:
         if not math.isfinite(value) or value < 0:
             raise ParseError(f"{name} is {raw}: not a usable load value")
         key = _labels(m.group("labels"))
-        if out is None:
-            out = {}
         if key in out:
             raise ParseError(f"duplicate series {name}{dict(key)}")
         out[key] = value
     return out
 
 
-def _check_type(text: str, name: str, kinds: tuple[str, ...]) -> None:
-    """A TYPE line for `name` (or its family name without `_total`) must match `kinds`."""
-    families = (name, name.removesuffix("_total")) if name.endswith("_total") else (name,)
-    for fam in families:
+def _check_type(scan: _Scan, name: str, kinds: tuple[str, ...]) -> None:
+    """TYPE lines of `name` (or its family name without `_total`) must agree with `kinds`."""
+    for fam in {name, name.removesuffix("_total")}:
         seen: str | None = None
-        for line in _lines(text, "# TYPE " + fam):
-            parts = line.split()
-            if len(parts) != 4 or parts[2] != fam:
-                raise ParseError(f"malformed TYPE line: {line[:200]!r}")
-            if parts[3] not in kinds or (seen is not None and seen != parts[3]):
-                raise ParseError(f"{fam} has TYPE {parts[3]}, expected {'/'.join(kinds)}")
-            seen = parts[3]
+        for rest in scan.types.get(fam, ()):
+            kind = rest.strip()
+            if not kind or " " in kind or "\t" in kind:
+                raise ParseError(f"malformed TYPE line for {fam}: {rest[:100]!r}")
+            if kind not in kinds or (seen is not None and seen != kind):
+                raise ParseError(f"{fam} has TYPE {kind}, expected {'/'.join(kinds)}")
+            seen = kind
 
 
 def _pick(
-    text: str, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
+    scan: _Scan, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
 ) -> dict[tuple[tuple[str, str], ...], float] | None:
     """Series of the first present alternative, keyed by engine (labels minus model_name)."""
     for name in names:
-        series = _series(text, name)
+        series = _series(scan, name)
         if series is None:
             continue
-        _check_type(text, name, kinds)
+        _check_type(scan, name, kinds)
         out: dict[tuple[tuple[str, str], ...], float] = {}
         for key, value in series.items():
             labels = dict(key)
@@ -190,6 +222,7 @@ def _pick(
     return None
 
 
+_PATTERNS = {engine: _scan_pattern(n) for engine, n in NAMES.items()}
 _GAUGE = ("gauge", "untyped")
 _COUNTER = ("counter", "untyped")
 
@@ -213,23 +246,24 @@ def read_sample(
     Raises ParseError on malformed text.
     """
     names = NAMES[engine]
-    waiting = _pick(text, names.waiting, model, _GAUGE)
-    running = _pick(text, names.running, model, _GAUGE)
+    scan = _Scan(text, _PATTERNS[engine])
+    waiting = _pick(scan, names.waiting, model, _GAUGE)
+    running = _pick(scan, names.running, model, _GAUGE)
     if waiting is None or running is None:
         # No data (e.g. --disable-log-stats), unless the body is not an exposition at all.
         validate_full(text)
         return None
     if model is not None and not waiting:
         return None  # this pod does not serve the selected model
-    swapped = _pick(text, names.swapped, model, _GAUGE) if names.swapped else None
-    kv = _pick(text, names.kv, model, _GAUGE) if names.kv else None
+    swapped = _pick(scan, names.swapped, model, _GAUGE) if names.swapped else None
+    kv = _pick(scan, names.kv, model, _GAUGE) if names.kv else None
     kv_values = list(kv.values()) if kv else [0.0]
 
     def total(ns: tuple[str, ...], kinds: tuple[str, ...]) -> float | None:
-        per = _pick(text, ns, model, kinds) if ns else None
+        per = _pick(scan, ns, model, kinds) if ns else None
         return None if per is None else sum(per.values())
 
-    start = _series(text, START_TIME)
+    start = _series(scan, START_TIME)
     return EngineSample(
         waiting=sum(waiting.values()) + (sum(swapped.values()) if swapped else 0.0),
         running=sum(running.values()),
@@ -238,6 +272,53 @@ def read_sample(
         prompt_tokens_total=total(names.prompt_tokens, _COUNTER),
         generation_tokens_total=total(names.generation_tokens, _COUNTER),
         preemptions_total=total(names.preemptions, _COUNTER),
+        process_start_seconds=next(iter(start.values())) if start else None,
+        engines=max(len(waiting), 1),
+    )
+
+
+def read_sample_reference(
+    text: str, engine: Engine = "vllm", model: str | None = None
+) -> EngineSample | None:
+    """The same reading over prometheus_client's full parse: slow (every family), lenient.
+
+    The oracle `bench/parse.py` and the tests compare `read_sample` with on valid input.
+    """
+    names = NAMES[engine]
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))
+                if model is not None and s.labels.get("model_name", model) != model:
+                    continue
+                per = samples.setdefault(s.name, {})
+                per[key] = per.get(key, 0.0) + s.value
+    except (ValueError, TypeError, IndexError, KeyError) as e:
+        raise ParseError(str(e)) from None
+
+    def first(ns: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], float] | None:
+        return next((samples[n] for n in ns if n in samples), None)
+
+    waiting, running = first(names.waiting), first(names.running)
+    if waiting is None or running is None or not waiting:
+        return None
+    swapped = first(names.swapped) or {}
+    kv = list((first(names.kv) or {}).values()) or [0.0]
+
+    def total(ns: tuple[str, ...]) -> float | None:
+        per = first(ns)
+        return None if per is None else sum(per.values())
+
+    start = samples.get(START_TIME)
+    return EngineSample(
+        waiting=sum(waiting.values()) + sum(swapped.values()),
+        running=sum(running.values()),
+        kv_usage_mean=sum(kv) / len(kv),
+        kv_usage_max=max(kv),
+        prompt_tokens_total=total(names.prompt_tokens),
+        generation_tokens_total=total(names.generation_tokens),
+        preemptions_total=total(names.preemptions),
         process_start_seconds=next(iter(start.values())) if start else None,
         engines=max(len(waiting), 1),
     )
