@@ -1,0 +1,395 @@
+"""Inference policy: how many replicas a service needs now. Pure: no I/O, no clock reads.
+
+`decide` turns one service's `ServiceLoad` into a `ServiceDecision` plus the small memory
+(`PolicyState`) it needs next cycle. The server loop, the bench simulator and the tests all
+call this same function; time comes in as `now` (monotonic seconds).
+
+Per cycle:
+1. each enabled signal (threshold > 0) asks for a replica count, HPA-style
+   (replicas needed so that the per-replica load is at or below its target);
+2. the recommendation is the maximum over signals, clamped to [minReplicas, maxReplicas];
+3. stability: up at once (optionally capped per decision); down only after every
+   signal has stayed below the target for `scaleDown.stabilizationSeconds`, then by at most
+   `scaleDown.maxStepReplicas` per `scaleDown.stepSeconds`, to the highest recommendation
+   seen in that window;
+4. missing or stale data never lowers the target. See docs/policy.md for the reasoning.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scaler.config import InferenceService
+from scaler.decision import ServiceDecision, SignalVerdict
+from scaler.load import ServiceLoad
+
+# The queue signal scales down only when waiting per replica is below this fraction of its
+# threshold, and holds in between: a queue is a saturation symptom, not a linear load
+# measure, so a band avoids both "queue of 1 blocks every scale-down" and "scale 10 -> 2
+# while requests are waiting".
+QUEUE_SCALE_DOWN_FRACTION = 0.5
+
+# kube-controller-manager's --horizontal-pod-autoscaler-tolerance default.
+HPA_DEFAULT_TOLERANCE = 0.1
+
+_EPS = 1e-9  # float slack so that e.g. 4 x 0.8 / 0.8 does not ceil to 5
+
+SIGNALS = ("queue", "kv-cache", "concurrency", "throughput")
+_UNITS = {
+    "queue": "waiting/replica",
+    "kv-cache": "KV usage",
+    "concurrency": "running/replica",
+    "throughput": "tok/s/replica",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """One service's memory between cycles. Build none yourself: pass back what decide returned."""
+
+    desired: int | None  # last target; None = never had usable data
+    updated_at: float  # `now` of the decision that produced this state
+    raised_at: float | None = None  # when the target was last raised (cold-start window)
+    waiting_at_raise: float = 0.0  # queue backlog at that raise (cap during the cold start)
+    low_since: float | None = None  # since when every recommendation is below `desired`
+    lowered_at: float | None = None  # last scale-down step (step rate limit)
+    window: tuple[tuple[float, int], ...] = ()  # (time, recommendation) in the stabilization window
+
+
+def _ceil(x: float) -> int:
+    return max(0, math.ceil(x - _EPS))
+
+
+def _clamp(n: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, n))
+
+
+def _num(v: float) -> str:
+    if v >= 100:
+        return f"{v:.0f}"
+    return f"{v:.2f}".rstrip("0").rstrip(".") if v != int(v) else f"{v:.0f}"
+
+
+def queue_replicas(waiting: float, replicas: int, threshold: float) -> int:
+    """Replicas the queue signal asks for, `replicas` counting serving and starting ones.
+
+    Above `threshold` waiting per replica: ceil(waiting / threshold) (HPA: replicas x
+    observed / target). Between QUEUE_SCALE_DOWN_FRACTION x threshold and threshold: hold.
+    Below: ceil(waiting / (fraction x threshold)), so an empty queue asks for 0 and leaves
+    the floor to the other signals and minReplicas. Non-decreasing in `waiting`.
+    """
+    up = _ceil(waiting / threshold)
+    if up > replicas:
+        return up
+    return min(replicas, _ceil(waiting / (QUEUE_SCALE_DOWN_FRACTION * threshold)))
+
+
+def signal_verdicts(
+    svc: InferenceService, load: ServiceLoad, *, waiting_cap: float | None = None
+) -> tuple[SignalVerdict, ...]:
+    """Each enabled signal's reading and the replica count it alone asks for.
+
+    Per-replica loads are over *ready* replicas (starting ones serve nothing yet) and every
+    formula is proportional to a total (replicas x total/replicas / target), so replicas
+    that are starting never inflate a recommendation: the same load asks for the same count
+    however many replicas are on the way. `waiting_cap` bounds the queue backlog counted
+    (cold start, see decide).
+    """
+    th = svc.thresholds
+    ready = load.ready
+    out: list[SignalVerdict] = []
+    if th.waitingPerReplica > 0:
+        on_the_way = ready + load.starting
+        waiting = load.waiting
+        note = ""
+        if waiting_cap is not None and waiting > waiting_cap:
+            note = f"cold start: backlog counted as {_num(waiting_cap)} of {_num(waiting)}"
+            waiting = waiting_cap
+        per = waiting / on_the_way if on_the_way else 0.0
+        replicas = queue_replicas(waiting, on_the_way, th.waitingPerReplica)
+        out.append(SignalVerdict("queue", per, th.waitingPerReplica, replicas, note=note))
+    if th.kvCacheUsage > 0:
+        kv = load.kv_usage_max if th.kvCacheAggregation == "max" else load.kv_usage_mean
+        out.append(
+            SignalVerdict("kv-cache", kv, th.kvCacheUsage, _ceil(ready * kv / th.kvCacheUsage))
+        )
+    if th.runningPerReplica > 0:
+        per = load.running / ready if ready else 0.0
+        replicas = _ceil(load.running / th.runningPerReplica)
+        out.append(SignalVerdict("concurrency", per, th.runningPerReplica, replicas))
+    if th.tokensPerSecondPerReplica > 0:
+        target = th.tokensPerSecondPerReplica
+        if load.tokens_per_s is None:
+            out.append(
+                SignalVerdict("throughput", 0.0, target, 0, abstain=True, note="no token rate yet")
+            )
+        else:
+            per = load.tokens_per_s / ready if ready else 0.0
+            out.append(SignalVerdict("throughput", per, target, _ceil(load.tokens_per_s / target)))
+    return tuple(out)
+
+
+def _detail(v: SignalVerdict) -> str:
+    return (
+        f"{v.signal} asks {v.replicas} "
+        f"({_num(v.value)} {_UNITS[v.signal]} vs target {_num(v.target)})"
+    )
+
+
+def hpa_replicas(value: float, current: int, tolerance: float = HPA_DEFAULT_TOLERANCE) -> int:
+    """Replicas the HPA sets for our metric (target 1, AverageValue) when `current` exist.
+
+    Kubernetes keeps `current` while value / (target x current) is within [1 - tol, 1 + tol]
+    (replica_calculator.go, external per-pod metrics), else sets ceil(value / target).
+    """
+    if current <= 0:
+        return _ceil(value)
+    ratio = value / current
+    if 1.0 - tolerance <= ratio <= 1.0 + tolerance:
+        return current
+    return _ceil(value)
+
+
+def hpa_tolerance_note(
+    desired: int | None, current: int, tolerance: float = HPA_DEFAULT_TOLERANCE
+) -> str:
+    """Non-empty when the HPA's tolerance would keep `current` although we ask for `desired`."""
+    if desired is None or desired == current or current <= 0:
+        return ""
+    if hpa_replicas(desired, current, tolerance) != current:
+        return ""
+    return (
+        f"HPA tolerance {tolerance:g} keeps {current} replicas (asked {desired}, ratio "
+        f"{desired / current:.3f}); set behavior.scaleUp/scaleDown.tolerance to 0 (k8s >= 1.33)"
+    )
+
+
+def max_tolerance_for_single_steps(max_replicas: int) -> float:
+    """Largest HPA tolerance below which every one-replica step up to max_replicas applies.
+
+    A step C -> C-1 has ratio 1 - 1/C, so it needs tolerance < 1/C for every C up to
+    max_replicas; steps up (1 + 1/C, C < max_replicas) are looser. Use a value strictly below.
+    """
+    return 1.0 / max_replicas
+
+
+def decide(
+    svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float
+) -> tuple[ServiceDecision, PolicyState]:
+    """One cycle's target for one service and the state to pass back next cycle.
+
+    `prev` is what the previous call returned for this service (None at start or after the
+    service was added); `now` is monotonic seconds. `desired` is None only when there is no
+    usable data and no previous target; stale or partial data holds
+    max(previous target, current replicas, minReplicas), capped at maxReplicas.
+    """
+    lo, hi = svc.minReplicas, svc.maxReplicas
+    prev_desired = prev.desired if prev is not None else None
+    # Zero targets, discovery complete: the service is scaled to zero. That is real data
+    # (no replica, no load), unlike targets that exist but cannot be read.
+    scaled_to_zero = load.complete and load.current == 0
+    if not (load.usable or scaled_to_zero):
+        return _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
+
+    cold = _cold_start_cap(svc, load, prev, now)
+    verdicts = signal_verdicts(svc, load, waiting_cap=cold)
+    readings = [v for v in verdicts if not v.abstain]
+    if not readings:
+        why = "; ".join(f"{v.signal}: {v.note}" for v in verdicts) or "no signal enabled"
+        return _hold(svc, load, prev, now, "abstain", f"no signal has a reading ({why})", verdicts)
+    abstaining = [v.signal for v in verdicts if v.abstain]
+
+    top = max(readings, key=lambda v: v.replicas)  # first of equals: SIGNALS order
+    wanted = _clamp(top.replicas, lo, hi)
+    by = top.signal if wanted == top.replicas else ("min" if top.replicas < lo else "max")
+    why_top = _detail(top) + ("" if by == top.signal else f", clamped to {by}Replicas {wanted}")
+    # First decision: start from what exists, so a restart never scales down at once.
+    base = _clamp(prev_desired if prev_desired is not None else load.current, lo, hi)
+
+    # An abstaining signal gives no evidence that fewer replicas suffice: it blocks the
+    # scale-down window like stale data, but does not delay a scale-up.
+    window_rec = max(wanted, base) if abstaining else wanted
+    window = _window(prev, now, svc.scaleDown.stabilizationSeconds, window_rec)
+    raised_at = prev.raised_at if prev else None
+    waiting_at_raise = prev.waiting_at_raise if prev else 0.0
+    low_since: float | None = None
+    lowered_at = prev.lowered_at if prev else None
+    sd = svc.scaleDown
+
+    if wanted > base:
+        desired = wanted
+        cap = svc.scaleUp.maxStepReplicas
+        if cap > 0 and desired > base + cap:
+            desired = base + cap
+            why_top += f"; capped by scaleUp.maxStepReplicas={cap}"
+        reason = f"scale up {base}->{desired}: {why_top}"
+        raised_at, waiting_at_raise = now, load.waiting
+    elif window_rec >= base:
+        desired = base
+        reason = f"hold {base}: {why_top}"
+        if abstaining:
+            by = "abstain"
+            reason = f"hold {base}: {', '.join(abstaining)} has no reading; {why_top}"
+    else:
+        low_since = prev.low_since if prev is not None and prev.low_since is not None else now
+        low_for = now - low_since
+        step_wait = sd.stepSeconds - (now - lowered_at) if lowered_at is not None else 0.0
+        level = max(r for _, r in window)  # highest recommendation in the window (HPA-style)
+        desired = base
+        if low_for < sd.stabilizationSeconds:
+            by = "stabilization"
+            reason = (
+                f"hold {base}: every signal below {base} for {low_for:.0f} s of "
+                f"{sd.stabilizationSeconds:.0f} s stabilization; {why_top}"
+            )
+        elif level >= base:  # a recommendation from before the last step still in the window
+            by = "stabilization"
+            reason = (
+                f"hold {base}: recommendation {level} within the last "
+                f"{sd.stabilizationSeconds:.0f} s; {why_top}"
+            )
+        elif step_wait > 0:
+            by = "stabilization"
+            reason = f"hold {base}: next scale-down step in {step_wait:.0f} s; {why_top}"
+        else:
+            desired = max(level, base - sd.maxStepReplicas)
+            lowered_at = now
+            if desired != wanted:
+                by = "stabilization"
+            reason = (
+                f"scale down {base}->{desired}: every signal below {base} for "
+                f"{low_for:.0f} s; {why_top}; highest in window {level}, "
+                f"step <= {sd.maxStepReplicas}"
+            )
+
+    state = PolicyState(
+        desired=desired,
+        updated_at=now,
+        raised_at=raised_at,
+        waiting_at_raise=waiting_at_raise,
+        low_since=low_since,
+        lowered_at=lowered_at,
+        window=window,
+    )
+    decision = ServiceDecision(
+        name=svc.name,
+        namespace=svc.namespace,
+        desired=desired,
+        current=load.current,
+        ready=load.ready,
+        starting=load.starting,
+        reason=reason,
+        signals=verdicts,
+        fresh=not abstaining,
+        gpus_per_replica=svc.gpusPerReplica,
+        decided_by=by,
+        recommended=wanted,
+        hpa_note=hpa_tolerance_note(desired, load.current),
+    )
+    return decision, state
+
+
+def _cold_start_cap(
+    svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float
+) -> float | None:
+    """Backlog the queue signal may count while capacity we asked for is still loading.
+
+    Between a raise and the new replicas serving (at most coldStartSeconds) the queue grows
+    by construction: capacity is known to be short and already on the way. Counting that
+    growth would raise again and again for the same surge, so the queue is capped at the
+    backlog seen at the raise. KV, concurrency and throughput are not capped (they are
+    bounded by what ready replicas can hold anyway).
+    """
+    if prev is None or prev.desired is None or prev.raised_at is None:
+        return None
+    if now - prev.raised_at >= svc.coldStartSeconds or load.ready >= prev.desired:
+        return None
+    return prev.waiting_at_raise
+
+
+def _window(
+    prev: PolicyState | None, now: float, seconds: float, rec: int
+) -> tuple[tuple[float, int], ...]:
+    kept = tuple(e for e in (prev.window if prev else ()) if now - seconds <= e[0] <= now)
+    return (*kept, (now, rec))
+
+
+def _why_unusable(load: ServiceLoad) -> str:
+    if load.reason:
+        return load.reason
+    if not load.complete:
+        return f"{load.unhealthy} replica(s) without fresh data"
+    return "no ready replica to read"
+
+
+def _hold(
+    svc: InferenceService,
+    load: ServiceLoad,
+    prev: PolicyState | None,
+    now: float,
+    by: str,
+    why: str,
+    verdicts: tuple[SignalVerdict, ...],
+) -> tuple[ServiceDecision, PolicyState]:
+    """No evidence this cycle: keep max(previous, current, min), capped at max. Never lower."""
+    lo, hi = svc.minReplicas, svc.maxReplicas
+    prev_desired = prev.desired if prev is not None else None
+    if prev_desired is None:
+        desired: int | None = None
+        reason = f"no target yet: {why}"
+    else:
+        desired = min(hi, max(prev_desired, load.current, lo))
+        reason = f"hold {desired} (never lower without data): {why}"
+    window = prev.window if prev is not None else ()
+    if desired is not None:  # a gap in evidence restarts the scale-down window
+        window = _window(prev, now, svc.scaleDown.stabilizationSeconds, desired)
+    state = PolicyState(
+        desired=desired,
+        updated_at=now,
+        raised_at=prev.raised_at if prev else None,
+        waiting_at_raise=prev.waiting_at_raise if prev else 0.0,
+        low_since=None,
+        lowered_at=prev.lowered_at if prev else None,
+        window=window,
+    )
+    decision = ServiceDecision(
+        name=svc.name,
+        namespace=svc.namespace,
+        desired=desired,
+        current=load.current,
+        ready=load.ready,
+        starting=load.starting,
+        reason=reason,
+        signals=verdicts,
+        fresh=False,
+        gpus_per_replica=svc.gpusPerReplica,
+        decided_by=by,
+        recommended=None,
+        hpa_note=hpa_tolerance_note(desired, load.current),
+    )
+    return decision, state
+
+
+def format_decision(d: ServiceDecision) -> str:
+    """Lines `gpu-pool-scaler explain` prints for one service (no trailing newline)."""
+    desired = "-" if d.desired is None else str(d.desired)
+    freshness = "fresh" if d.fresh else "NOT FRESH"
+    by = f" [{d.decided_by}]" if d.decided_by else ""
+    lines = [
+        f"{d.namespace}/{d.name}: desired {desired}{by}, now {d.current} "
+        f"(ready {d.ready}, starting {d.starting}), {freshness}",
+        f"  reason: {d.reason}",
+    ]
+    if d.signals:
+        lines.append(f"  {'signal':<12} {'value':>10} {'target':>10} {'asks':>5}  note")
+        for v in d.signals:
+            value = "-" if v.abstain else _num(v.value)
+            asks = "-" if v.abstain else str(v.replicas)
+            note = ("abstains: " if v.abstain else "") + v.note
+            lines.append(
+                f"  {v.signal:<12} {value:>10} {_num(v.target):>10} {asks:>5}  {note}".rstrip()
+            )
+    if d.hpa_note:
+        lines.append(f"  hpa: {d.hpa_note}")
+    return "\n".join(lines)
