@@ -1,0 +1,38 @@
+# gpu-pool-scaler image: KEDA external scaler for a shared GPU pool.
+# Build: docker build -t gpu-pool-scaler:$(git describe --tags --always) .
+# The Helm chart runs it as `gpu-pool-scaler serve --config /etc/gpu-pool-scaler/config.yaml`
+# with a read-only root filesystem as uid/gid 10001 (charts/gpu-pool-scaler/values.yaml).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+# ---- build: a self-contained venv with the package and its pinned-range deps ----------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+WORKDIR /src
+# README is the package's long description (pyproject `readme`); the glob keeps the build
+# working in a tree without it.
+COPY pyproject.toml README.md* ./
+COPY scaler ./scaler
+RUN pip install --no-compile . \
+    # Bytecode now: the runtime root filesystem is read-only, so it could not be cached later.
+ && python -m compileall -q -j 0 /opt/venv/lib \
+ && pip uninstall -y pip setuptools wheel
+
+# ---- runtime: only the venv on a slim base, numeric non-root user ---------------------
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="gpu-pool-scaler" \
+      org.opencontainers.image.description="KEDA external scaler: vLLM autoscaling on engine signals, idle GPUs lent to research Jobs" \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+COPY --from=build /opt/venv /opt/venv
+# Numeric uid:gid (no passwd entry needed) so Kubernetes can verify runAsNonRoot.
+USER 10001:10001
+# gRPC (KEDA ExternalScaler + grpc.health.v1), HTTP (/metrics /healthz /readyz).
+EXPOSE 50051 8080
+ENTRYPOINT ["gpu-pool-scaler"]
+CMD ["serve", "--config", "/etc/gpu-pool-scaler/config.yaml"]
