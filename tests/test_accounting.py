@@ -1,0 +1,325 @@
+"""Pool accounting: split table, fail-closed cases, reserve tracker, harvest meter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scaler.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
+from scaler.config import Config, ResearchClass, parse_config
+from scaler.decision import ServiceDecision
+from scaler.reserve import ReserveTracker
+
+
+def make_cfg(
+    research: list[dict[str, Any]],
+    services: list[tuple[str, int]] = (("chat", 4),),  # type: ignore[assignment]
+    *,
+    reserve: int = 0,
+    adaptive: dict[str, Any] | None = None,
+) -> Config:
+    pool: dict[str, Any] = {"name": "shared-h100", "capacity": {"gpus": 64}, "reserveGPUs": reserve}
+    if adaptive is not None:
+        pool["adaptiveReserve"] = adaptive
+    return parse_config(
+        {
+            "pool": pool,
+            "inference": [
+                {"name": n, "gpusPerReplica": g, "targets": {"static": ["10.0.0.1:8000"]}}
+                for n, g in services
+            ],
+            "research": research,
+        }
+    )
+
+
+def sd(name: str, desired: int | None, current: int, *, fresh: bool = True) -> ServiceDecision:
+    return ServiceDecision(
+        name=name,
+        namespace="serving",
+        desired=desired,
+        current=current,
+        ready=current,
+        starting=0,
+        reason="test",
+        fresh=fresh,
+    )
+
+
+def rc(name: str, gpus: int, **kw: Any) -> dict[str, Any]:
+    return {"name": name, "gpusPerJob": gpus, **kw}
+
+
+# (research classes, headroom GPUs, expected slots per class)
+SPLIT_CASES = [
+    pytest.param([rc("a", 1)], 10, {"a": 10}, id="single-class-takes-all"),
+    pytest.param([rc("a", 1), rc("b", 1)], 10, {"a": 5, "b": 5}, id="equal-weights-halve"),
+    pytest.param([rc("a", 1), rc("b", 1)], 11, {"a": 6, "b": 5}, id="odd-remainder-to-first"),
+    pytest.param(
+        [rc("a", 1, weight=3), rc("b", 1, weight=1)], 12, {"a": 9, "b": 3}, id="weights-3-to-1"
+    ),
+    pytest.param(
+        [rc("a", 1, weight=2), rc("b", 1, weight=1)], 10, {"a": 7, "b": 3}, id="weights-remainder"
+    ),
+    pytest.param(
+        [rc("a", 1, maxJobs=2), rc("b", 1)], 10, {"a": 2, "b": 8}, id="cap-leftover-to-other"
+    ),
+    pytest.param(
+        [rc("a", 1, maxJobs=2), rc("b", 1, maxJobs=3)], 10, {"a": 2, "b": 3}, id="all-capped-idle"
+    ),
+    pytest.param([rc("a", 4)], 11, {"a": 2}, id="granularity-floors"),
+    pytest.param([rc("a", 8), rc("b", 1)], 12, {"a": 1, "b": 4}, id="big-job-not-starved"),
+    pytest.param([rc("a", 8), rc("b", 1)], 7, {"a": 0, "b": 7}, id="big-job-does-not-fit"),
+    pytest.param([rc("a", 2), rc("b", 4)], 9, {"a": 2, "b": 1}, id="mixed-sizes-leftover-1"),
+    pytest.param([rc("a", 3), rc("b", 3)], 2, {"a": 0, "b": 0}, id="nothing-fits"),
+    pytest.param([rc("a", 1), rc("b", 1)], 0, {"a": 0, "b": 0}, id="no-headroom"),
+    pytest.param([rc("a", 1, maxJobs=0), rc("b", 1)], 4, {"a": 0, "b": 4}, id="maxjobs-zero-off"),
+    pytest.param(
+        [rc("lo", 1), rc("hi", 1, priority=1)], 10, {"lo": 0, "hi": 10}, id="priority-first"
+    ),
+    pytest.param(
+        [rc("lo", 1), rc("hi", 1, priority=1, maxJobs=4)],
+        10,
+        {"lo": 6, "hi": 4},
+        id="priority-cap-spills-down",
+    ),
+    pytest.param(
+        [rc("lo", 1), rc("hi", 8, priority=1)], 10, {"lo": 2, "hi": 1}, id="priority-remainder-down"
+    ),
+    pytest.param(
+        [rc("lo", 1), rc("hi", 16, priority=1)], 10, {"lo": 10, "hi": 0}, id="priority-unfit-spills"
+    ),
+    pytest.param(
+        [rc("a", 1, priority=2), rc("b", 1, priority=1, weight=5), rc("c", 1, priority=1)],
+        7,
+        {"a": 7, "b": 0, "c": 0},
+        id="three-levels",
+    ),
+    pytest.param(
+        [
+            rc("a", 1, maxJobs=3, priority=2),
+            rc("b", 1, priority=1, weight=5),
+            rc("c", 1, priority=1),
+        ],
+        15,
+        {"a": 3, "b": 10, "c": 2},
+        id="three-levels-weights-in-level",
+    ),
+]
+
+
+@pytest.mark.parametrize(("classes", "headroom", "expected"), SPLIT_CASES)
+def test_allocate(classes: list[dict[str, Any]], headroom: int, expected: dict[str, int]) -> None:
+    research = [ResearchClass.model_validate(c) for c in classes]
+    got = allocate(research, headroom)
+    assert got == expected
+    assert sum(got[c.name] * c.gpusPerJob for c in research) <= headroom
+
+
+@pytest.mark.parametrize(("classes", "headroom", "expected"), SPLIT_CASES)
+def test_split_pool_reports_total_slots(
+    classes: list[dict[str, Any]], headroom: int, expected: dict[str, int]
+) -> None:
+    # 64 GPUs − chat 3 replicas × 4 − reserve 2 − foreign 2 = 48; shrink capacity to `headroom`.
+    cfg = make_cfg(classes, reserve=2)
+    cap = Capacity(total_gpus=12 + 2 + 2 + headroom, foreign_gpus=2)
+    split, research = split_pool(cfg, {"chat": sd("chat", 3, 3)}, cap, 2, ready_for_research=True)
+    assert split.fail_closed is None
+    assert (split.inference_gpus, split.reserve_gpus, split.foreign_gpus) == (12, 2, 2)
+    assert split.headroom_gpus == headroom
+    assert {n: d.slots for n, d in research.items()} == expected
+    assert split.research_gpus == sum(d.slots * d.gpus_per_job for d in research.values())
+    assert all(d.reason for d in research.values())
+
+
+def test_split_reason_names_the_limit() -> None:
+    cfg = make_cfg([rc("capped", 1, maxJobs=1), rc("big", 8)])
+    split, research = split_pool(
+        cfg, {"chat": sd("chat", 1, 1)}, Capacity(total_gpus=10), 0, ready_for_research=True
+    )
+    assert split.headroom_gpus == 6
+    assert research["capped"].slots == 1 and "capped at maxJobs 1" in research["capped"].reason
+    assert research["big"].slots == 0 and "5 GPU(s) left < 8 per Job" in research["big"].reason
+
+
+INFERENCE_CASES = [
+    pytest.param({"chat": sd("chat", 5, 3)}, 20, id="desired-above-current"),
+    pytest.param({"chat": sd("chat", 2, 4)}, 16, id="scale-down-pending-counts-current"),
+    pytest.param({"chat": sd("chat", None, 3)}, 12, id="no-desired-counts-current"),
+    pytest.param({}, 0, id="no-decision-counts-nothing"),
+    pytest.param(
+        {"chat": sd("chat", 2, 2), "code": sd("code", 3, 1), "other": sd("other", 50, 50)},
+        8 + 3 * 2,
+        id="two-services-unconfigured-ignored",
+    ),
+]
+
+
+@pytest.mark.parametrize(("decisions", "expected"), INFERENCE_CASES)
+def test_inference_gpus(decisions: dict[str, ServiceDecision], expected: int) -> None:
+    cfg = make_cfg([rc("a", 1)], services=[("chat", 4), ("code", 2)])
+    assert inference_gpus(cfg, decisions) == expected
+
+
+FRESH = {"chat": sd("chat", 2, 2), "code": sd("code", 1, 1)}
+FAIL_CLOSED_CASES = [
+    pytest.param(FRESH, None, True, "pool capacity unknown", id="capacity-unknown"),
+    pytest.param(FRESH, Capacity(64), False, "no complete control cycle", id="before-first-cycle"),
+    pytest.param(
+        {"chat": sd("chat", 2, 2, fresh=False), "code": sd("code", 1, 1)},
+        Capacity(64),
+        True,
+        "service 'chat' data is stale",
+        id="stale-service",
+    ),
+    pytest.param(
+        {"chat": sd("chat", None, 2), "code": sd("code", 1, 1)},
+        Capacity(64),
+        True,
+        "service 'chat' has no data",
+        id="desired-none",
+    ),
+    pytest.param(
+        {"chat": sd("chat", 2, 2)}, Capacity(64), True, "'code' has no decision", id="missing"
+    ),
+]
+
+
+@pytest.mark.parametrize(("decisions", "capacity", "ready", "reason"), FAIL_CLOSED_CASES)
+def test_fail_closed(
+    decisions: dict[str, ServiceDecision], capacity: Capacity | None, ready: bool, reason: str
+) -> None:
+    cfg = make_cfg([rc("a", 1), rc("b", 2)], services=[("chat", 4), ("code", 2)])
+    split, research = split_pool(cfg, decisions, capacity, 4, ready_for_research=ready)
+    assert split.fail_closed is not None and reason in split.fail_closed
+    assert split.research_gpus == 0
+    assert set(research) == {"a", "b"}
+    for d in research.values():
+        assert d.slots == 0
+        assert reason in d.reason and d.reason.startswith("fail closed")
+
+
+def test_fresh_counterpart_of_fail_closed_lends() -> None:
+    # The same inputs as the fail-closed table, healthy: research does get slots.
+    cfg = make_cfg([rc("a", 1), rc("b", 2)], services=[("chat", 4), ("code", 2)])
+    split, research = split_pool(cfg, FRESH, Capacity(64), 4, ready_for_research=True)
+    assert split.fail_closed is None
+    assert split.headroom_gpus == 64 - 10 - 4
+    assert research["a"].slots + 2 * research["b"].slots == 50
+
+
+def test_headroom_never_negative_and_foreign_subtracted() -> None:
+    cfg = make_cfg([rc("a", 1)])
+    split, research = split_pool(
+        cfg, {"chat": sd("chat", 10, 10)}, Capacity(32, foreign_gpus=4), 4, ready_for_research=True
+    )
+    assert split.headroom_gpus == 0 and research["a"].slots == 0
+    assert "no headroom" in research["a"].reason
+    split, _ = split_pool(
+        cfg, {"chat": sd("chat", 4, 4)}, Capacity(32, foreign_gpus=4), 4, ready_for_research=True
+    )
+    assert split.headroom_gpus == 32 - 16 - 4 - 4
+
+
+def test_negative_reserve_rejected() -> None:
+    with pytest.raises(ValueError, match="reserve_gpus"):
+        split_pool(make_cfg([rc("a", 1)]), {}, Capacity(8), -1, ready_for_research=True)
+
+
+# --- harvest meter ---------------------------------------------------------------------
+
+
+def test_harvest_meter_integrates_gpu_hours() -> None:
+    h = HarvestMeter(max_interval_seconds=60)
+    assert h.observe(8, 0.0) == 0.0  # first sample: nothing held yet
+    for t in range(5, 3601, 5):  # 8 GPUs for one hour, observed every 5 s
+        h.observe(8, float(t))
+    assert h.gpu_hours == pytest.approx(8.0)
+    h.observe(0, 3605.0)  # the 8 GPUs were held until 3605
+    h.observe(0, 7200.0)
+    assert h.gpu_hours == pytest.approx(8.0 + 8 * 5 / 3600)
+
+
+def test_harvest_meter_caps_gaps_and_ignores_backwards_clock() -> None:
+    h = HarvestMeter(max_interval_seconds=60)
+    h.observe(10, 0.0)
+    h.observe(10, 3600.0)  # loop stalled an hour: count only 60 s
+    assert h.gpu_hours == pytest.approx(10 * 60 / 3600)
+    h.observe(10, 3500.0)  # clock went backwards: nothing added
+    assert h.gpu_hours == pytest.approx(10 * 60 / 3600)
+    h.observe(10, 3610.0)
+    assert h.gpu_hours == pytest.approx(10 * 70 / 3600)
+    with pytest.raises(ValueError):
+        h.observe(-1, 3700.0)
+
+
+# --- reserve tracker -------------------------------------------------------------------
+
+
+def tracker(**adaptive: Any) -> ReserveTracker:
+    return ReserveTracker(make_cfg([rc("a", 1)], reserve=4, adaptive=adaptive).pool)
+
+
+def test_reserve_floor_only_when_disabled() -> None:
+    t = tracker(enabled=False)
+    t.observe(0.0, 0)
+    t.observe(10.0, 40)
+    assert t.reserve(10.0) == 4
+
+
+# (samples (t, gpus), now, expected adaptive part) with window 3600 s, lead 300 s, max 16
+RESERVE_CASES = [
+    pytest.param([(0, 8)], 0, 0, id="single-sample"),
+    pytest.param([(0, 8), (100, 16)], 100, 8, id="rise-within-lead"),
+    pytest.param([(0, 8), (100, 16), (200, 12)], 200, 8, id="rise-then-fall-kept"),
+    pytest.param([(0, 8), (400, 16)], 400, 0, id="rise-slower-than-lead"),
+    pytest.param([(0, 8), (200, 12), (400, 16)], 400, 4, id="stepwise-rise-per-lead"),
+    pytest.param([(0, 16), (100, 8)], 100, 0, id="fall-is-not-a-rise"),
+    pytest.param([(0, 0), (60, 40)], 60, 16, id="capped-at-max"),
+    pytest.param([(0, 8), (100, 16), (3000, 16)], 3000, 8, id="still-in-window"),
+    pytest.param([(0, 8), (100, 16), (3000, 16)], 3701, 0, id="rise-left-the-window"),
+    pytest.param([(0, 8), (300, 16)], 300, 8, id="exactly-lead-apart"),
+]
+
+
+@pytest.mark.parametrize(("samples", "now", "expected"), RESERVE_CASES)
+def test_adaptive_reserve(samples: list[tuple[float, int]], now: float, expected: int) -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    for ts, g in samples:
+        t.observe(float(ts), g)
+    assert t.adaptive_gpus(float(now)) == expected
+    assert t.reserve(float(now)) == 4 + expected
+
+
+def test_adaptive_reserve_matches_brute_force() -> None:
+    import random
+
+    rnd = random.Random(7)
+    t = tracker(enabled=True, windowSeconds=600, leadTimeSeconds=60, maxGPUs=1000)
+    hist: list[tuple[float, int]] = []
+    now = 0.0
+    for _ in range(400):
+        now += rnd.choice([1.0, 5.0, 5.0, 17.0])
+        g = max(0, (hist[-1][1] if hist else 20) + rnd.randint(-6, 6))
+        t.observe(now, g)
+        hist.append((now, g))
+        live = [(ts, v) for ts, v in hist if ts >= now - 600]
+        want = max(
+            [0] + [vj - vi for ti, vi in live for tj, vj in live if ti <= tj and tj - ti <= 60]
+        )
+        assert t.adaptive_gpus(now) == want
+
+
+def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    t.observe(100.0, 8)
+    t.observe(50.0, 0)  # dropped: would fake a rise
+    t.observe(150.0, 8)
+    assert t.adaptive_gpus(150.0) == 0
+    t.observe(200.0, 20)
+    assert t.adaptive_gpus(200.0) == 12
+    t.reconfigure(make_cfg([rc("a", 1)], reserve=1, adaptive={"maxGPUs": 5, "enabled": True}).pool)
+    assert t.reserve(200.0) == 1 + 5
+    with pytest.raises(ValueError):
+        t.observe(300.0, -1)
