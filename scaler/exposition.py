@@ -204,20 +204,16 @@ def _check_type(scan: _Scan, name: str, kinds: tuple[str, ...]) -> None:
 def _pick(
     scan: _Scan, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
 ) -> dict[tuple[tuple[str, str], ...], float] | None:
-    """Series of the first present alternative, keyed by engine (labels minus model_name)."""
+    """Series of the first present alternative (one per engine), of `model` if given."""
     for name in names:
         series = _series(scan, name)
         if series is None:
             continue
         _check_type(scan, name, kinds)
-        out: dict[tuple[tuple[str, str], ...], float] = {}
-        for key, value in series.items():
-            labels = dict(key)
-            if model is not None and labels.get("model_name", model) != model:
-                continue
-            labels.pop("model_name", None)
-            ekey = tuple(sorted(labels.items()))
-            out[ekey] = out.get(ekey, 0.0) + value
+        if model is None:
+            return series
+        # A series is one engine (labels: engine, model_name, rank...); keep the model's.
+        return {k: v for k, v in series.items() if dict(k).get("model_name", model) == model}
         return out
     return None
 
@@ -289,7 +285,7 @@ def read_sample_reference(
     try:
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "model_name"))
+                key = tuple(sorted(s.labels.items()))
                 if model is not None and s.labels.get("model_name", model) != model:
                     continue
                 per = samples.setdefault(s.name, {})
