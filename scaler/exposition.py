@@ -214,7 +214,6 @@ def _pick(
             return series
         # A series is one engine (labels: engine, model_name, rank...); keep the model's.
         return {k: v for k, v in series.items() if dict(k).get("model_name", model) == model}
-        return out
     return None
 
 

@@ -283,7 +283,7 @@ def test_malformed_raises_parse_error(text: str, message: str) -> None:
 
 
 _label_text = st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=12
+    st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=12
 )
 _value = st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False)
 
