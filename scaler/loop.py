@@ -138,10 +138,12 @@ class ControlLoop:
             self._deps.reserve.reconfigure(cfg.pool)
             self._deps.reserve.observe(now, inference_gpus(cfg, services))
             reserve = self._deps.reserve.reserve(now)
+        # Research waits for one complete cycle (this one counts): until then we have not
+        # seen every service's load, and lending could take GPUs inference needs.
+        self._had_complete_cycle = self._had_complete_cycle or complete
         pool, research = self._deps.split_pool(
             cfg, services, capacity, reserve, ready_for_research=self._had_complete_cycle
         )
-        self._had_complete_cycle = self._had_complete_cycle or complete
         if self._deps.harvest is not None:
             before = self._deps.harvest.gpu_hours
             self._deps.harvest.observe(pool.research_gpus, now)

@@ -42,7 +42,6 @@ def write_config(path: Path, targets: list[str], **overrides: object) -> Path:
     }
     svc.update(overrides)
     cfg = {
-        "server": {"grpcPort": 0, "metricsPort": 0},
         "pool": {"name": "shared-h100", "capacity": {"gpus": 64}, "reserveGPUs": 4},
         "scrape": {"intervalSeconds": 0.2, "timeoutSeconds": 0.2, "staleAfterSeconds": 5},
         "inference": [svc],
@@ -89,7 +88,7 @@ class Env:
     path: Path
 
     def chat(self) -> ServiceDecision:
-        return self.env.chat()
+        return self.running.snapshots.latest().services["chat"]
 
 
 @pytest.fixture
@@ -98,7 +97,10 @@ async def env(
 ) -> AsyncIterator[Env]:
     target = exposition_server((FIXTURES / "metrics_after_load.txt").read_text())
     path = write_config(tmp_path / "pool.yaml", [target.address])
-    scaler = Scaler(load_config(path), Options(str(path), host="127.0.0.1", reload_seconds=0.1))
+    scaler = Scaler(
+        load_config(path),
+        Options(str(path), grpc_port=0, metrics_port=0, host="127.0.0.1", reload_seconds=0.1),
+    )
     running = await scaler.start()
     client = Client(running.grpc_port)
     yield Env(scaler, running, target, client, path)
@@ -209,7 +211,20 @@ async def test_reload_invalid_file_keeps_old_config(env: Env, bad: str | None) -
 
 def _serve(path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "scaler", "serve", "--config", str(path), "--log-format", "text"],
+        [
+            sys.executable,
+            "-m",
+            "scaler",
+            "serve",
+            "--config",
+            str(path),
+            "--log-format",
+            "text",
+            "--grpc-port",
+            "0",
+            "--metrics-port",
+            "0",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
