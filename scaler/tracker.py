@@ -1,4 +1,12 @@
-"""Per-target memory between scrapes: last good sample, counter rates, reset detection."""
+"""Per-target memory between scrapes: last good sample, counter rates, reset detection.
+
+Rates come from counter deltas between two good samples of the same target:
+tokens/s = Δ(prompt + generation tokens) / Δt, preemptions/s = Δpreemptions / Δt.
+A counter reset (server restart) shows as a changed `process_start_time_seconds` or as
+any counter going down; that interval has no rate (None, never a made-up 0) and the new
+sample becomes the baseline. A failed scrape keeps the last good sample and its time, so
+the target goes stale (TargetState.fresh) instead of reading as idle.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +17,34 @@ from scaler.load import EngineSample, TargetState
 from scaler.scrape import ScrapeResult
 
 
-def _rate(prev: float | None, cur: float | None, dt: float) -> float | None:
-    if prev is None or cur is None or dt <= 0 or cur < prev:
-        return None  # missing, or a counter reset: no rate this time
-    return (cur - prev) / dt
+def _restarted(prev: EngineSample, cur: EngineSample) -> bool:
+    if (
+        prev.process_start_seconds is not None
+        and cur.process_start_seconds is not None
+        and prev.process_start_seconds != cur.process_start_seconds
+    ):
+        return True
+    pairs = (
+        (prev.prompt_tokens_total, cur.prompt_tokens_total),
+        (prev.generation_tokens_total, cur.generation_tokens_total),
+        (prev.preemptions_total, cur.preemptions_total),
+    )
+    return any(p is not None and c is not None and c < p for p, c in pairs)
 
 
-def _tokens(s: EngineSample) -> float | None:
-    if s.prompt_tokens_total is None and s.generation_tokens_total is None:
+def _delta(prev: float | None, cur: float | None) -> float | None:
+    return None if prev is None or cur is None else cur - prev
+
+
+def _tokens_delta(prev: EngineSample, cur: EngineSample) -> float | None:
+    dp = _delta(prev.prompt_tokens_total, cur.prompt_tokens_total)
+    dg = _delta(prev.generation_tokens_total, cur.generation_tokens_total)
+    if dp is None and dg is None:
         return None
-    return (s.prompt_tokens_total or 0.0) + (s.generation_tokens_total or 0.0)
+    if (dp is None) != (dg is None):
+        # One counter appeared or vanished between scrapes: the sum is not comparable.
+        return None
+    return (dp or 0.0) + (dg or 0.0)
 
 
 @dataclass(slots=True)
@@ -27,13 +53,37 @@ class _Memory:
     at: float
     tokens_per_s: float | None
     preemptions_per_s: float | None
+    resets: int
 
 
 class TargetTracker:
-    """Turns scrape results into TargetStates; forgets targets no longer discovered."""
+    """Turns scrape results into TargetStates; forgets targets no longer discovered.
 
-    def __init__(self) -> None:
+    `max_rate_interval_s`: a delta over a longer gap (the target was failing meanwhile)
+    gives no rate rather than a long average posing as current throughput.
+    """
+
+    def __init__(self, *, max_rate_interval_s: float | None = None) -> None:
         self._mem: dict[tuple[str, str], _Memory] = {}
+        self._max_dt = max_rate_interval_s
+
+    def _rates(
+        self, mem: _Memory | None, s: EngineSample, at: float
+    ) -> tuple[float | None, float | None, int]:
+        if mem is None:
+            return None, None, 0
+        if _restarted(mem.sample, s):
+            return None, None, mem.resets + 1
+        dt = at - mem.at
+        if dt <= 0 or (self._max_dt is not None and dt > self._max_dt):
+            return None, None, mem.resets
+        dtok = _tokens_delta(mem.sample, s)
+        dpre = _delta(mem.sample.preemptions_total, s.preemptions_total)
+        return (
+            None if dtok is None else dtok / dt,
+            None if dpre is None else dpre / dt,
+            mem.resets,
+        )
 
     def update(
         self, service: str, endpoints: list[Endpoint], results: dict[str, ScrapeResult]
@@ -46,23 +96,13 @@ class TargetTracker:
             res = results.get(ep.address)
             mem = self._mem.get(key)
             if res is not None and res.sample is not None:
-                s = res.sample
-                tps = pps = None
-                if mem is not None:
-                    restarted = (
-                        s.process_start_seconds is not None
-                        and mem.sample.process_start_seconds is not None
-                        and s.process_start_seconds != mem.sample.process_start_seconds
-                    )
-                    if not restarted:
-                        dt = res.at - mem.at
-                        tps = _rate(_tokens(mem.sample), _tokens(s), dt)
-                        pps = _rate(mem.sample.preemptions_total, s.preemptions_total, dt)
-                mem = _Memory(s, res.at, tps, pps)
-                self._mem[key] = mem
-            error = None if res is None else res.error
-            if res is None:
-                error = "not scraped"
+                if mem is not None and res.at <= mem.at:
+                    pass  # an older (or the same) result: keep what we have
+                else:
+                    tps, pps, resets = self._rates(mem, res.sample, res.at)
+                    mem = _Memory(res.sample, res.at, tps, pps, resets)
+                    self._mem[key] = mem
+            error = "not scraped" if res is None else res.error
             states.append(
                 TargetState(
                     address=ep.address,
@@ -77,6 +117,11 @@ class TargetTracker:
         for key in [k for k in self._mem if k[0] == service and k not in live]:
             del self._mem[key]
         return states
+
+    def resets(self, service: str, address: str) -> int:
+        """Counter resets seen on this target since it was first tracked."""
+        mem = self._mem.get((service, address))
+        return 0 if mem is None else mem.resets
 
     def forget_service(self, service: str) -> None:
         for key in [k for k in self._mem if k[0] == service]:
