@@ -1,0 +1,631 @@
+"""Table-driven tests of the inference policy (scaler/policy.py): signals, combination,
+stabilization, step limits, scale-up cap, cold start, stale data, HPA tolerance, explain."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from scaler.config import InferenceService
+from scaler.decision import ServiceDecision, SignalVerdict
+from scaler.load import ServiceLoad
+from scaler.policy import (
+    PolicyState,
+    decide,
+    format_decision,
+    hpa_replicas,
+    hpa_tolerance_note,
+    max_tolerance_for_single_steps,
+    queue_replicas,
+    signal_verdicts,
+)
+
+
+def make_svc(
+    *,
+    thresholds: dict[str, Any] | None = None,
+    scale_up: dict[str, Any] | None = None,
+    scale_down: dict[str, Any] | None = None,
+    **kw: Any,
+) -> InferenceService:
+    data: dict[str, Any] = {
+        "name": "chat",
+        "namespace": "serving",
+        "gpusPerReplica": 4,
+        "minReplicas": 1,
+        "maxReplicas": 16,
+        "targets": {"static": ["10.0.0.5:8000"]},
+        "thresholds": thresholds or {"waitingPerReplica": 5, "kvCacheUsage": 0.8},
+        "scaleUp": scale_up or {},
+        "scaleDown": scale_down or {"stabilizationSeconds": 300, "maxStepReplicas": 1},
+        "coldStartSeconds": 180,
+    }
+    data.update(kw)
+    return InferenceService.model_validate(data)
+
+
+def make_load(**kw: Any) -> ServiceLoad:
+    base: dict[str, Any] = {
+        "name": "chat",
+        "ready": 4,
+        "starting": 0,
+        "unhealthy": 0,
+        "waiting": 0.0,
+        "running": 8.0,
+        "kv_usage_mean": 0.4,
+        "kv_usage_max": 0.5,
+        "tokens_per_s": 2000.0,
+        "complete": True,
+    }
+    base.update(kw)
+    return ServiceLoad(**base)
+
+
+def run(
+    svc: InferenceService,
+    steps: Sequence[tuple[float, ServiceLoad]],
+    prev: PolicyState | None = None,
+) -> tuple[list[ServiceDecision], PolicyState]:
+    out: list[ServiceDecision] = []
+    state = prev
+    for now, load in steps:
+        d, state = decide(svc, load, state, now)
+        out.append(d)
+    assert state is not None
+    return out, state
+
+
+def settled_at(svc: InferenceService, desired: int, now: float = 0.0) -> PolicyState:
+    """State of a service whose target is `desired` and whose signals ask exactly that."""
+    th = svc.thresholds
+    load = make_load(
+        ready=desired,
+        waiting=0.75 * th.waitingPerReplica * desired,  # inside the queue's hold band
+        kv_usage_mean=th.kvCacheUsage,
+        kv_usage_max=th.kvCacheUsage,
+        running=th.runningPerReplica * desired,
+        tokens_per_s=th.tokensPerSecondPerReplica * desired,
+    )
+    d, st = decide(svc, load, None, now)
+    assert (d.desired, d.recommended, st.low_since) == (desired, desired, None)
+    return st
+
+
+def by_signal(d: ServiceDecision) -> dict[str, SignalVerdict]:
+    return {v.signal: v for v in d.signals}
+
+
+# --- each signal alone ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("waiting", "replicas", "threshold", "expected"),
+    [
+        pytest.param(0, 4, 5, 0, id="empty-queue-asks-nothing"),
+        pytest.param(1, 4, 5, 1, id="blip-far-below-threshold-does-not-hold-all"),
+        pytest.param(10, 4, 5, 4, id="at-half-threshold-holds"),
+        pytest.param(12, 4, 5, 4, id="inside-band-holds"),
+        pytest.param(20, 4, 5, 4, id="at-threshold-holds"),
+        pytest.param(21, 4, 5, 5, id="just-above-threshold-adds-one"),
+        pytest.param(60, 4, 5, 12, id="proportional-above-threshold"),
+        pytest.param(9, 4, 5, 4, id="just-below-half-asks-ceil-9-over-2.5"),
+        pytest.param(7, 4, 5, 3, id="below-half-scales-toward-half-threshold"),
+        pytest.param(3, 0, 5, 1, id="no-replicas-yet-threshold-applies"),
+    ],
+)
+def test_queue_replicas(waiting: float, replicas: int, threshold: float, expected: int) -> None:
+    assert queue_replicas(waiting, replicas, threshold) == expected
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "load_kw", "expected"),
+    [
+        pytest.param(
+            {"waitingPerReplica": 5},
+            {"waiting": 60.0, "ready": 4},
+            {"queue": (15.0, 12)},
+            id="queue-per-ready-replica",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5},
+            {"waiting": 15.0, "ready": 2, "starting": 2},
+            {"queue": (3.75, 4)},
+            id="queue-counts-starting-replicas-as-capacity",
+        ),
+        pytest.param(
+            {"kvCacheUsage": 0.8},
+            {"kv_usage_mean": 0.5, "kv_usage_max": 0.9, "ready": 4},
+            {"kv-cache": (0.5, 3)},
+            id="kv-mean-proportional",
+        ),
+        pytest.param(
+            {"kvCacheUsage": 0.8, "kvCacheAggregation": "max"},
+            {"kv_usage_mean": 0.5, "kv_usage_max": 0.9, "ready": 4},
+            {"kv-cache": (0.9, 5)},
+            id="kv-max-aggregation",
+        ),
+        pytest.param(
+            {"kvCacheUsage": 0.8},
+            {"kv_usage_mean": 0.8, "ready": 4},
+            {"kv-cache": (0.8, 4)},
+            id="kv-exactly-at-target-no-float-step",
+        ),
+        pytest.param(
+            {"kvCacheUsage": 0.5},
+            {"kv_usage_mean": 0.0, "ready": 4},
+            {"kv-cache": (0.0, 0)},
+            id="kv-idle-asks-nothing",
+        ),
+        pytest.param(
+            {"runningPerReplica": 2},
+            {"running": 10.0, "ready": 4},
+            {"concurrency": (2.5, 5)},
+            id="concurrency-kserve-style",
+        ),
+        pytest.param(
+            {"tokensPerSecondPerReplica": 1000},
+            {"tokens_per_s": 3500.0, "ready": 2},
+            {"throughput": (1750.0, 4)},
+            id="throughput-total-over-capacity",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5, "runningPerReplica": 4},
+            {"waiting": 0.0, "running": 6.0},
+            {"queue": (0.0, 0), "concurrency": (1.5, 2)},
+            id="only-enabled-signals-reported",
+        ),
+    ],
+)
+def test_signal_verdicts(
+    thresholds: dict[str, Any],
+    load_kw: dict[str, Any],
+    expected: dict[str, tuple[float, int]],
+) -> None:
+    verdicts = signal_verdicts(make_svc(thresholds=thresholds), make_load(**load_kw))
+    got = {v.signal: (pytest.approx(v.value), v.replicas) for v in verdicts}
+    assert got == expected
+    assert all(not v.abstain for v in verdicts)
+
+
+def test_throughput_without_rate_abstains_and_says_why() -> None:
+    (v,) = signal_verdicts(
+        make_svc(thresholds={"tokensPerSecondPerReplica": 1000}), make_load(tokens_per_s=None)
+    )
+    assert v.signal == "throughput" and v.abstain and "no token rate" in v.note
+
+
+# --- combination and bounds ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "bounds", "load_kw", "desired", "decided_by"),
+    [
+        pytest.param(
+            {"waitingPerReplica": 5, "kvCacheUsage": 0.8},
+            {},
+            {"ready": 2, "waiting": 12.0, "kv_usage_mean": 0.9},
+            3,
+            "queue",
+            id="queue-wins-ties-in-signal-order",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5, "kvCacheUsage": 0.5},
+            {},
+            {"ready": 2, "waiting": 12.0, "kv_usage_mean": 0.9},
+            4,
+            "kv-cache",
+            id="kv-asks-most",
+        ),
+        pytest.param(
+            {
+                "waitingPerReplica": 5,
+                "kvCacheUsage": 0.8,
+                "runningPerReplica": 2,
+                "tokensPerSecondPerReplica": 1000,
+            },
+            {},
+            {"ready": 2, "waiting": 0.0, "running": 9.0, "tokens_per_s": 2500.0},
+            5,
+            "concurrency",
+            id="all-four-max-is-concurrency",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5},
+            {"maxReplicas": 6},
+            {"ready": 2, "waiting": 200.0},
+            6,
+            "max",
+            id="clamped-to-max",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5},
+            {"minReplicas": 3},
+            {"ready": 1, "waiting": 0.0},
+            3,
+            "min",
+            id="raised-to-min",
+        ),
+    ],
+)
+def test_combination_is_max_over_signals_clamped(
+    thresholds: dict[str, Any],
+    bounds: dict[str, Any],
+    load_kw: dict[str, Any],
+    desired: int,
+    decided_by: str,
+) -> None:
+    svc = make_svc(thresholds=thresholds, **bounds)
+    d, st = decide(svc, make_load(**load_kw), None, 0.0)
+    assert (d.desired, d.decided_by, d.fresh) == (desired, decided_by, True)
+    assert st.desired == desired
+    assert d.recommended == desired
+    assert decided_by in d.reason or d.decided_by in ("min", "max")
+    assert d.gpus_per_replica == 4 and d.namespace == "serving"
+
+
+def test_first_decision_never_scales_down_at_once() -> None:
+    svc = make_svc()
+    d, _ = decide(svc, make_load(ready=10, kv_usage_mean=0.1), None, 0.0)
+    assert d.desired == 10
+    assert d.recommended == 2
+    assert d.decided_by == "stabilization"
+
+
+def test_config_max_lowered_below_previous_target_applies_at_once() -> None:
+    st = settled_at(make_svc(maxReplicas=16), 12)
+    d, _ = decide(make_svc(maxReplicas=8), make_load(ready=12, waiting=100.0), st, 5.0)
+    assert d.desired == 8
+
+
+# --- stabilization and step-limited scale-down ---------------------------------------
+
+LOW = {"ready": 8, "waiting": 0.0, "kv_usage_mean": 0.2}  # kv asks ceil(8*0.2/0.8) = 2
+
+
+def low(**kw: Any) -> ServiceLoad:
+    return make_load(**{**LOW, **kw})
+
+
+@pytest.mark.parametrize(
+    ("scale_down", "times", "expected"),
+    [
+        pytest.param(
+            {"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 60},
+            [5, 150, 300, 304, 305, 360, 364, 365, 420, 425],
+            [8, 8, 8, 8, 7, 7, 7, 6, 6, 5],
+            id="waits-window-then-one-per-step",
+        ),
+        pytest.param(
+            {"stabilizationSeconds": 300, "maxStepReplicas": 3, "stepSeconds": 60},
+            [5, 305, 365, 425],
+            [8, 5, 2, 2],
+            id="three-per-step-stops-at-recommendation",
+        ),
+        pytest.param(
+            {"stabilizationSeconds": 0, "maxStepReplicas": 2, "stepSeconds": 0},
+            [5, 10, 15, 20],
+            [6, 4, 2, 2],
+            id="no-window-no-step-wait",
+        ),
+        pytest.param(
+            {"stabilizationSeconds": 60, "maxStepReplicas": 100, "stepSeconds": 0},
+            [5, 30, 65, 70],
+            [8, 8, 2, 2],
+            id="unbounded-step-goes-straight-to-recommendation",
+        ),
+    ],
+)
+def test_scale_down_window_and_steps(
+    scale_down: dict[str, Any], times: list[float], expected: list[int]
+) -> None:
+    svc = make_svc(scale_down=scale_down)
+    st = settled_at(svc, 8, now=0.0)
+    # The pods follow the target: ready = previous desired.
+    got = []
+    for t in times:
+        ready = st.desired or 0
+        d, st = decide(svc, low(ready=ready, kv_usage_mean=1.6 / ready), st, t)
+        got.append(d.desired)
+    assert got == expected
+
+
+def test_one_high_recommendation_restarts_the_window() -> None:
+    svc = make_svc()
+    st = settled_at(svc, 8)
+    ds, _ = run(
+        svc,
+        [
+            (5, low()),
+            (200, low()),
+            (205, low(kv_usage_mean=0.8)),  # kv asks 8 = target: not below, window restarts
+            (210, low()),
+            (400, low()),  # 190 s of low: still waiting
+            (509, low()),
+            (510, low()),  # 300 s since 210
+        ],
+        st,
+    )
+    assert [d.desired for d in ds] == [8, 8, 8, 8, 8, 8, 7]
+    assert ds[5].decided_by == "stabilization" and "stabilization" in ds[5].reason
+    assert ds[6].reason.startswith("scale down 8->7")
+
+
+def test_scale_down_goes_only_to_highest_recommendation_in_window() -> None:
+    svc = make_svc(scale_down={"stabilizationSeconds": 100, "maxStepReplicas": 10})
+    st = settled_at(svc, 10)
+    ds, _ = run(
+        svc,
+        [
+            (5, low(ready=10, kv_usage_mean=0.4)),  # asks 5
+            (50, low(ready=10, kv_usage_mean=0.16)),  # asks 2
+            (104, low(ready=10, kv_usage_mean=0.16)),  # low for 99 s
+            (106, low(ready=10, kv_usage_mean=0.16)),  # window [6, 106] holds only 2s
+        ],
+        st,
+    )
+    # The ask of 5 at t=5 has left the 100 s window by t=106: straight down to 2.
+    assert [d.desired for d in ds] == [10, 10, 10, 2]
+    ds2, _ = run(
+        svc,
+        [
+            (5, low(ready=10, kv_usage_mean=0.16)),  # asks 2
+            (60, low(ready=10, kv_usage_mean=0.4)),  # asks 5
+            (105, low(ready=10, kv_usage_mean=0.16)),  # low 100 s; window [5,105] max 5
+        ],
+        st,
+    )
+    assert [d.desired for d in ds2] == [10, 10, 5]
+
+
+def test_scale_up_is_immediate_during_a_low_period() -> None:
+    svc = make_svc()
+    st = settled_at(svc, 8)
+    ds, st2 = run(svc, [(5, low()), (290, low()), (295, low(waiting=80.0))], st)
+    assert [d.desired for d in ds] == [8, 8, 16]
+    assert st2.low_since is None and st2.raised_at == 295
+
+
+@pytest.mark.parametrize(
+    ("cap", "expected"),
+    [
+        pytest.param(0, [16, 16, 16], id="no-cap"),
+        pytest.param(2, [6, 8, 10], id="two-per-decision"),
+        pytest.param(5, [9, 14, 16], id="five-per-decision-then-max"),
+    ],
+)
+def test_scale_up_cap_per_decision(cap: int, expected: list[int]) -> None:
+    svc = make_svc(scale_up={"maxStepReplicas": cap}, thresholds={"waitingPerReplica": 5})
+    st = settled_at(svc, 4)
+    got = []
+    for t in (5, 10, 15):
+        d, st = decide(svc, make_load(ready=4, waiting=400.0), st, t)
+        got.append(d.desired)
+        if cap and d.desired != 16:
+            assert f"maxStepReplicas={cap}" in d.reason
+    assert got == expected
+
+
+# --- cold start ----------------------------------------------------------------------
+
+
+def test_same_load_during_cold_start_does_not_keep_raising() -> None:
+    svc = make_svc()
+    # 2 ready replicas, saturated: queue 30 (asks 6), KV full (asks 3).
+    hot = {"waiting": 30.0, "kv_usage_mean": 1.0, "kv_usage_max": 1.0}
+    ds, _ = run(
+        svc,
+        [
+            (0, make_load(ready=2, **hot)),  # first decision: raise to 6
+            (5, make_load(ready=2, **hot)),  # KEDA has not acted yet
+            (20, make_load(ready=2, starting=4, **hot)),  # 4 pods loading the model
+            (100, make_load(ready=2, starting=4, **hot)),
+            (175, make_load(ready=4, starting=2, **hot)),
+        ],
+    )
+    assert [d.desired for d in ds] == [6, 6, 6, 6, 6]
+    assert ds[2].current == 6 and ds[2].starting == 4
+
+
+def test_growing_backlog_during_cold_start_is_not_a_new_surge() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 5}, maxReplicas=32)
+    ds, _ = run(
+        svc,
+        [
+            (0, make_load(ready=2, waiting=30.0)),  # raise to 6
+            (60, make_load(ready=2, starting=4, waiting=60.0)),  # backlog grows while loading
+            (170, make_load(ready=2, starting=4, waiting=100.0)),
+            (185, make_load(ready=2, starting=4, waiting=100.0)),  # cold start over: counts
+        ],
+    )
+    assert [d.desired for d in ds] == [6, 6, 6, 20]
+    q = by_signal(ds[2])["queue"]
+    assert q.replicas == 6 and "cold start" in q.note
+
+
+def test_backlog_counts_again_once_the_new_replicas_serve() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 5}, maxReplicas=32)
+    ds, _ = run(
+        svc,
+        [
+            (0, make_load(ready=2, waiting=30.0)),  # raise to 6
+            (90, make_load(ready=6, waiting=90.0)),  # all 6 serve, queue still grows
+        ],
+    )
+    assert [d.desired for d in ds] == [6, 18]
+
+
+def test_kv_saturation_on_ready_replicas_does_not_compound_while_starting() -> None:
+    # Per-replica KV is read on ready replicas only; counting starting ones as load-free
+    # capacity would make replicas x kv / target grow with every raise.
+    svc = make_svc(thresholds={"kvCacheUsage": 0.8})
+    full = {"kv_usage_mean": 1.0, "kv_usage_max": 1.0}
+    ds, _ = run(
+        svc,
+        [
+            (0, make_load(ready=4, **full)),
+            (5, make_load(ready=4, starting=1, **full)),
+            (10, make_load(ready=4, starting=1, **full)),
+        ],
+    )
+    assert [d.desired for d in ds] == [5, 5, 5]
+
+
+# --- stale and missing data ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prev_desired", "load_kw", "bounds", "expected"),
+    [
+        pytest.param(None, {"complete": False, "unhealthy": 4, "ready": 0}, {}, None, id="no-prev"),
+        pytest.param(
+            None, {"ready": 0, "starting": 2}, {}, None, id="no-prev-only-starting-replicas"
+        ),
+        pytest.param(6, {"complete": False, "unhealthy": 2, "ready": 2}, {}, 6, id="holds-prev"),
+        pytest.param(6, {"ready": 0, "starting": 0, "unhealthy": 8, "complete": False}, {}, 8,
+                     id="holds-current-when-higher"),
+        pytest.param(6, {"ready": 0, "unhealthy": 20, "complete": False}, {}, 16, id="max-cap"),
+        pytest.param(2, {"ready": 0, "unhealthy": 1, "complete": False}, {"minReplicas": 3}, 3,
+                     id="min-floor"),
+    ],
+)  # fmt: skip
+def test_stale_data_holds_and_never_lowers(
+    prev_desired: int | None,
+    load_kw: dict[str, Any],
+    bounds: dict[str, Any],
+    expected: int | None,
+) -> None:
+    svc = make_svc(**bounds)
+    prev = None if prev_desired is None else PolicyState(desired=prev_desired, updated_at=0.0)
+    load = make_load(reason="10.0.0.5:8000: connect timeout", **load_kw)
+    d, st = decide(svc, load, prev, 5.0)
+    assert d.desired == expected and st.desired == expected
+    assert not d.fresh
+    assert "10.0.0.5:8000: connect timeout" in d.reason
+    assert d.decided_by == "stale" and d.recommended is None
+
+
+def test_stale_reason_without_aggregator_reason() -> None:
+    d, _ = decide(make_svc(), make_load(ready=0, complete=True, starting=1), None, 0.0)
+    assert d.desired is None and "no ready replica" in d.reason
+
+
+def test_stale_cycle_restarts_the_scale_down_window() -> None:
+    svc = make_svc()
+    st = settled_at(svc, 8)
+    stale = low(complete=False, unhealthy=1, ready=7, reason="timeout")
+    ds, _ = run(
+        svc, [(5, low()), (250, low()), (260, stale), (265, low()), (310, low()), (565, low())], st
+    )
+    assert [d.desired for d in ds] == [8, 8, 8, 8, 8, 7]
+
+
+@pytest.mark.parametrize(
+    ("min_replicas", "expected"),
+    [pytest.param(0, 0, id="min-0-stays-at-zero"), pytest.param(1, 1, id="min-1-asks-one")],
+)
+def test_zero_targets_discovered_is_real_data(min_replicas: int, expected: int) -> None:
+    svc = make_svc(minReplicas=min_replicas)
+    load = make_load(ready=0, starting=0, waiting=0, running=0, kv_usage_mean=0, kv_usage_max=0)
+    d, _ = decide(svc, load, None, 0.0)
+    assert d.desired == expected and d.fresh
+
+
+def test_zero_targets_after_a_target_scale_down_goes_through_the_window() -> None:
+    svc = make_svc(minReplicas=0)
+    st = settled_at(svc, 3)
+    zero = make_load(ready=0, waiting=0, running=0, kv_usage_mean=0, kv_usage_max=0)
+    ds, _ = run(svc, [(5, zero), (306, zero)], st)
+    assert [d.desired for d in ds] == [3, 2]
+
+
+def test_abstaining_throughput_alone_holds_and_is_not_fresh() -> None:
+    svc = make_svc(thresholds={"tokensPerSecondPerReplica": 1000})
+    d0, st = decide(svc, make_load(tokens_per_s=None), None, 0.0)
+    assert d0.desired is None and "no token rate" in d0.reason
+    d1, st = decide(svc, make_load(tokens_per_s=1500.0), st, 5.0)
+    assert d1.desired == 4 and d1.fresh  # first reading: hold what exists
+    d2, _ = decide(svc, make_load(tokens_per_s=None), st, 10.0)
+    assert (d2.desired, d2.fresh, d2.decided_by) == (4, False, "abstain")
+
+
+def test_abstaining_signal_blocks_scale_down_not_scale_up() -> None:
+    svc = make_svc(
+        thresholds={"waitingPerReplica": 5, "tokensPerSecondPerReplica": 1000},
+        scale_down={"stabilizationSeconds": 0, "stepSeconds": 0, "maxStepReplicas": 4},
+    )
+    st = settled_at(svc, 8)
+    down, _ = decide(svc, low(tokens_per_s=None), st, 5.0)
+    assert (down.desired, down.fresh, down.decided_by) == (8, False, "abstain")
+    up, _ = decide(svc, low(tokens_per_s=None, waiting=100.0), st, 5.0)
+    assert up.desired == 16 and not up.fresh
+
+
+# --- HPA tolerance -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "current", "tolerance", "expected"),
+    [
+        pytest.param(5, 4, 0.1, 5, id="small-pool-step-passes"),
+        pytest.param(11, 12, 0.1, 12, id="step-down-at-12-swallowed"),
+        pytest.param(10, 9, 0.1, 10, id="step-up-at-9-passes"),
+        pytest.param(12, 11, 0.1, 11, id="step-up-at-11-swallowed"),
+        pytest.param(13, 12, 0.1, 12, id="step-up-at-12-swallowed"),
+        pytest.param(14, 12, 0.1, 14, id="two-step-at-12-passes"),
+        pytest.param(13, 12, 0.0, 13, id="tolerance-0-passes"),
+        pytest.param(12, 12, 0.0, 12, id="tolerance-0-holds-equal"),
+        pytest.param(3, 0, 0.1, 3, id="from-zero"),
+    ],
+)
+def test_hpa_replicas(value: int, current: int, tolerance: float, expected: int) -> None:
+    assert hpa_replicas(value, current, tolerance) == expected
+
+
+def test_hpa_tolerance_note_and_safe_tolerance() -> None:
+    assert "tolerance" in hpa_tolerance_note(13, 12)
+    assert hpa_tolerance_note(5, 4) == ""
+    assert hpa_tolerance_note(None, 4) == ""
+    assert hpa_tolerance_note(13, 12, tolerance=0.0) == ""
+    max_r = 16
+    tol = max_tolerance_for_single_steps(max_r) * 0.999
+    for c in range(1, max_r + 1):
+        if c < max_r:
+            assert hpa_replicas(c + 1, c, tol) == c + 1
+        if c > 1:
+            assert hpa_replicas(c - 1, c, tol) == c - 1
+    # ...and at the bound itself the largest step down is swallowed.
+    assert hpa_replicas(max_r - 1, max_r, max_tolerance_for_single_steps(max_r)) == max_r
+
+
+def test_decision_carries_hpa_note_when_default_tolerance_swallows_it() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 5})
+    st = settled_at(svc, 12)
+    d, _ = decide(svc, make_load(ready=12, waiting=65.0), st, 5.0)
+    assert d.desired == 13 and "12" in d.hpa_note
+
+
+# --- explain -------------------------------------------------------------------------
+
+
+def test_format_decision_shows_numbers_and_verdicts() -> None:
+    svc = make_svc(
+        thresholds={"waitingPerReplica": 5, "kvCacheUsage": 0.8, "tokensPerSecondPerReplica": 900}
+    )
+    d, _ = decide(svc, make_load(ready=2, waiting=30.0, tokens_per_s=None), None, 0.0)
+    text = format_decision(d)
+    lines = text.splitlines()
+    assert lines[0].startswith("serving/chat: desired 6 [queue], now 2 (ready 2, starting 0)")
+    assert "NOT FRESH" in lines[0]  # throughput abstains
+    assert lines[1] == f"  reason: {d.reason}"
+    rows = {ln.split()[0]: ln.split() for ln in lines[3:]}
+    assert rows["queue"][1:4] == ["15", "5", "6"]
+    assert rows["kv-cache"][1:4] == ["0.4", "0.8", "1"]
+    assert rows["throughput"][1:4] == ["-", "900", "-"]
+    assert "abstains: no token rate yet" in text
+
+
+def test_format_decision_without_target() -> None:
+    d, _ = decide(make_svc(), make_load(complete=False, ready=0, unhealthy=1, reason="x"), None, 0)
+    assert format_decision(d).splitlines()[0].startswith("serving/chat: desired - [stale]")
