@@ -120,13 +120,14 @@ def signal_verdicts(
         out.append(SignalVerdict("concurrency", per, th.runningPerReplica, replicas))
     if th.tokensPerSecondPerReplica > 0:
         target = th.tokensPerSecondPerReplica
-        if load.tokens_per_s is None:
+        if load.tokens_per_s is None and load.current > 0:  # no replica: no tokens, a real 0
             out.append(
                 SignalVerdict("throughput", 0.0, target, 0, abstain=True, note="no token rate yet")
             )
         else:
-            per = load.tokens_per_s / ready if ready else 0.0
-            out.append(SignalVerdict("throughput", per, target, _ceil(load.tokens_per_s / target)))
+            tps = load.tokens_per_s or 0.0
+            per = tps / ready if ready else 0.0
+            out.append(SignalVerdict("throughput", per, target, _ceil(tps / target)))
     return tuple(out)
 
 

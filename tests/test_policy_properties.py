@@ -1,0 +1,253 @@
+"""Property-based tests of the inference policy (hypothesis).
+
+Bounds, monotonicity in load, settling under constant load with replicas that follow the
+target (with a model-load delay), stale data never lowering, and replicas on the way never
+raising the target. Sizes are kept small so the whole file runs in a few seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scaler.config import InferenceService
+from scaler.load import ServiceLoad
+from scaler.policy import PolicyState, decide
+
+PROFILE = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+_SIGNAL_KEYS = (
+    "waitingPerReplica",
+    "kvCacheUsage",
+    "runningPerReplica",
+    "tokensPerSecondPerReplica",
+)
+
+
+@st.composite
+def services(draw: st.DrawFn) -> InferenceService:
+    thresholds: dict[str, Any] = {
+        "waitingPerReplica": draw(st.sampled_from([0, 0, 1, 5, 12.5])),
+        "kvCacheUsage": draw(st.sampled_from([0, 0, 0.5, 0.8, 0.95])),
+        "runningPerReplica": draw(st.sampled_from([0, 0, 2, 8])),
+        "tokensPerSecondPerReplica": draw(st.sampled_from([0, 0, 500, 2000])),
+        "kvCacheAggregation": draw(st.sampled_from(["mean", "max"])),
+    }
+    if not any(thresholds[k] for k in _SIGNAL_KEYS):
+        thresholds["waitingPerReplica"] = 5
+    lo = draw(st.integers(0, 4))
+    hi = draw(st.integers(max(1, lo), 24))
+    return InferenceService.model_validate(
+        {
+            "name": "svc",
+            "gpusPerReplica": 1,
+            "minReplicas": lo,
+            "maxReplicas": hi,
+            "targets": {"static": ["127.0.0.1:8000"]},
+            "thresholds": thresholds,
+            "scaleUp": {"maxStepReplicas": draw(st.integers(0, 4))},
+            "scaleDown": {
+                "stabilizationSeconds": draw(st.sampled_from([0, 15, 60, 300])),
+                "maxStepReplicas": draw(st.integers(1, 5)),
+                "stepSeconds": draw(st.sampled_from([0, 10, 60])),
+            },
+            "coldStartSeconds": draw(st.sampled_from([0, 60, 180])),
+        }
+    )
+
+
+@st.composite
+def loads(draw: st.DrawFn, *, usable: bool | None = None) -> ServiceLoad:
+    complete = draw(st.booleans()) if usable is None else usable
+    ready = draw(st.integers(1 if usable else 0, 20))
+    kv_mean = draw(st.floats(0, 1))
+    return ServiceLoad(
+        name="svc",
+        ready=ready,
+        starting=draw(st.integers(0, 6)),
+        unhealthy=0 if complete else draw(st.integers(1, 4)),
+        waiting=draw(st.floats(0, 400)),
+        running=draw(st.floats(0, 300)),
+        kv_usage_mean=kv_mean,
+        kv_usage_max=draw(st.floats(kv_mean, 1)),
+        tokens_per_s=draw(st.none() | st.floats(0, 60000)),
+        complete=complete,
+        reason="" if complete else "scrape failed",
+    )
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[tuple[float, ServiceLoad]]:
+    steps = draw(st.lists(st.tuples(st.sampled_from([1, 5, 30, 120]), loads()), max_size=12))
+    now, out = 0.0, []
+    for dt, load in steps:
+        now += dt
+        out.append((now, load))
+    return out
+
+
+def replay(
+    svc: InferenceService, history: list[tuple[float, ServiceLoad]]
+) -> tuple[PolicyState | None, float, list[int | None]]:
+    state: PolicyState | None = None
+    seen: list[int | None] = []
+    now = 0.0
+    for now, load in history:
+        d, state = decide(svc, load, state, now)
+        seen.append(d.desired)
+    return state, now, seen
+
+
+@PROFILE
+@given(services(), histories(), loads())
+def test_target_always_within_min_max(
+    svc: InferenceService, history: list[tuple[float, ServiceLoad]], last: ServiceLoad
+) -> None:
+    state, now, seen = replay(svc, history)
+    d, _ = decide(svc, last, state, now + 5)
+    seen.append(d.desired)
+    for desired in seen:
+        assert desired is None or svc.minReplicas <= desired <= svc.maxReplicas
+    # None only until the first usable data: once a target exists it is never withdrawn.
+    first = next((i for i, x in enumerate(seen) if x is not None), len(seen))
+    assert all(x is not None for x in seen[first:])
+
+
+@PROFILE
+@given(
+    services(),
+    histories(),
+    loads(usable=True),
+    st.floats(0, 200),
+    st.floats(0, 200),
+    st.floats(0, 0.5),
+    st.floats(0, 20000),
+)
+def test_more_load_never_lowers_the_target(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    load: ServiceLoad,
+    more_waiting: float,
+    more_running: float,
+    more_kv: float,
+    more_tokens: float,
+) -> None:
+    state, now, _ = replay(svc, history)
+    heavier = replace(
+        load,
+        waiting=load.waiting + more_waiting,
+        running=load.running + more_running,
+        kv_usage_mean=min(1.0, load.kv_usage_mean + more_kv),
+        kv_usage_max=min(1.0, load.kv_usage_max + more_kv),
+        tokens_per_s=None if load.tokens_per_s is None else load.tokens_per_s + more_tokens,
+    )
+    light, _ = decide(svc, load, state, now + 5)
+    heavy, _ = decide(svc, heavier, state, now + 5)
+    if light.desired is None:  # only possible when every enabled signal abstains
+        assert heavy.desired is None
+    else:
+        assert heavy.desired is not None and heavy.desired >= light.desired
+
+
+@PROFILE
+@given(services(), histories(), loads(usable=False))
+def test_stale_data_never_lowers_the_target(
+    svc: InferenceService, history: list[tuple[float, ServiceLoad]], stale: ServiceLoad
+) -> None:
+    if stale.complete:  # loads(usable=False) with complete=True still has ready=0..20
+        stale = replace(stale, complete=False, unhealthy=max(1, stale.unhealthy))
+    state, now, _ = replay(svc, history)
+    d, after = decide(svc, stale, state, now + 5)
+    assert not d.fresh
+    if state is None or state.desired is None:
+        assert d.desired is None
+    else:
+        assert d.desired is not None
+        assert d.desired >= state.desired
+        assert d.desired >= min(svc.maxReplicas, stale.current)
+        assert after.low_since is None  # no evidence: the scale-down window restarts
+
+
+@PROFILE
+@given(services(), histories(), loads(usable=True), st.integers(1, 8))
+def test_replicas_on_the_way_never_raise_the_target(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    load: ServiceLoad,
+    extra_starting: int,
+) -> None:
+    state, now, _ = replay(svc, history)
+    more = replace(load, starting=load.starting + extra_starting)
+    if state is None or state.desired is None or more.current > state.desired:
+        return  # only replicas we asked for are "on the way"
+    base, _ = decide(svc, load, state, now + 5)
+    with_more, _ = decide(svc, more, state, now + 5)
+    assert with_more.desired is not None and base.desired is not None
+    assert with_more.desired <= max(base.desired, state.desired)
+
+
+@PROFILE
+@given(
+    svc=services(),
+    waiting=st.floats(0, 300),
+    running=st.floats(0, 200),
+    kv_replicas=st.floats(0, 20),  # total KV in replica-equivalents: mean = min(1, kv / ready)
+    kv_skew=st.floats(1, 2),
+    tokens=st.none() | st.floats(0, 40000),
+    initial=st.integers(0, 20),
+    model_load_s=st.sampled_from([0, 5, 60, 240]),
+)
+def test_constant_load_settles_without_oscillation(
+    svc: InferenceService,
+    waiting: float,
+    running: float,
+    kv_replicas: float,
+    kv_skew: float,
+    tokens: float | None,
+    initial: int,
+    model_load_s: float,
+) -> None:
+    """Replicas follow the target (new ones serve after `model_load_s`); total load is constant
+    and spreads over ready replicas. The target must move in one direction only, then stay."""
+    dt = 5.0
+    pods = [0.0] * initial  # time each pod becomes ready
+    sd = svc.scaleDown
+    horizon = sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt)
+    horizon += 8 * (model_load_s + dt) + 600
+    state: PolicyState | None = None
+    seen: list[int | None] = []
+    for i in range(int(horizon / dt)):
+        now = i * dt
+        ready = sum(1 for p in pods if p <= now)
+        kv_mean = min(1.0, kv_replicas / ready) if ready else 0.0
+        load = ServiceLoad(
+            name="svc",
+            ready=ready,
+            starting=len(pods) - ready,
+            unhealthy=0,
+            waiting=waiting if ready else 0.0,
+            running=running if ready else 0.0,
+            kv_usage_mean=kv_mean,
+            kv_usage_max=min(1.0, kv_mean * kv_skew),
+            tokens_per_s=tokens if ready else None,
+            complete=True,
+        )
+        d, state = decide(svc, load, state, now)
+        seen.append(d.desired)
+        target = len(pods) if d.desired is None else d.desired
+        if target > len(pods):
+            pods += [now + model_load_s] * (target - len(pods))
+        elif target < len(pods):
+            pods = sorted(pods)[:target]  # the Deployment removes not-ready pods first
+
+    first = next((i for i, x in enumerate(seen) if x is not None), len(seen))
+    assert all(x is not None for x in seen[first:])
+    values = [x for x in seen if x is not None]
+    moves = [b - a for a, b in itertools.pairwise(values) if b != a]
+    assert all(m > 0 for m in moves) or all(m < 0 for m in moves), f"oscillates: {moves}"
+    tail = values[-100:]
+    assert len(set(tail)) <= 1, f"not settled: {tail}"
