@@ -26,6 +26,7 @@ from scaler.capacity import NodeCapacityWatcher
 from scaler.config import Config, InferenceService
 from scaler.discovery import Discovery, StaticDiscovery
 from scaler.grpc_api import ExternalScalerServicer
+from scaler.grpc_decode import RejectUndecodable
 from scaler.http_api import HealthServer
 from scaler.kube import make_api_client
 from scaler.loop import ControlLoop, LoopDeps
@@ -172,6 +173,7 @@ class Scaler:
             else cfg.server.metricsPort
         )
         self.server = grpc.aio.server(
+            interceptors=[RejectUndecodable()],  # undecodable bytes: INVALID_ARGUMENT
             options=[
                 ("grpc.max_receive_message_length", 1024 * 1024),
                 ("grpc.max_concurrent_streams", 1000),
