@@ -555,10 +555,14 @@ class NodeCapacityWatcher:
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        for r in self._reflectors:
-            r.interrupt()
+        # Interrupt repeatedly: Watch.stream() clears the client's stop flag when it starts,
+        # so a stop() racing with a watch being opened must be repeated once it is open.
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            while t.is_alive() and time.monotonic() < deadline:
+                for r in self._reflectors:
+                    r.interrupt()
+                t.join(0.05)
 
     def __enter__(self) -> NodeCapacityWatcher:
         self.start()

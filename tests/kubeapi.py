@@ -45,7 +45,7 @@ Control (thread-safe, from the test):
     api.heal()
     api.requests        [Request(method, path, resource, watch, query)] received so far
     api.open_watches(resource=None) -> int
-    api.wait_for(predicate, timeout=5.0) -> None (polls; raises AssertionError on timeout)
+    api.wait_for(predicate, timeout=10.0) -> None (polls; raises AssertionError on timeout)
 Builders for objects in the real JSON shape: make_node, make_pod, make_endpoint_slice.
 """
 
@@ -220,7 +220,9 @@ class FakeKubeAPI:
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         httpd.daemon_threads = True
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="fake-kube-api")
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-kube-api"
+        )
         self._thread.daemon = True
         self._thread.start()
         return self
@@ -350,7 +352,7 @@ class FakeKubeAPI:
             return sum(1 for r in self.requests if r.resource == resource and not r.watch)
 
     @staticmethod
-    def wait_for(predicate: Callable[[], object], timeout: float = 5.0, what: str = "") -> None:
+    def wait_for(predicate: Callable[[], object], timeout: float = 10.0, what: str = "") -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
@@ -437,8 +439,12 @@ class FakeKubeAPI:
         match: Callable[[Obj | None], bool],
         query: Mapping[str, str],
         alive: Callable[[], bool],
+        gens: tuple[int, int],
     ) -> Iterator[Obj]:
-        """Events for one watch request, until timeout/close/expire/stop or client gone."""
+        """Events for one watch request, until timeout/close/expire/stop or client gone.
+
+        `gens` = (close, expire) generations when the request arrived: a close_watches() or
+        expire() after that ends this watch even if it raced with the stream's start."""
         timeout = float(query.get("timeoutSeconds") or 1800)
         deadline = time.monotonic() + timeout
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
@@ -452,7 +458,7 @@ class FakeKubeAPI:
             return in_ns(o) and match(o)
 
         with self._cond:
-            close_gen, expire_gen, bm_gen = self._close_gen, self._expire_gen, self._bookmark_gen
+            (close_gen, expire_gen), bm_gen = gens, self._bookmark_gen
             pending: list[Obj] = []
             if rv_param == "0":
                 since = self._rv
@@ -498,11 +504,11 @@ class FakeKubeAPI:
                     )
                 ended = self._stopping or self._close_gen != close_gen
                 expired = self._expire_gen != expire_gen
-            yield from pending
-            pending = []
-            if expired:
+            if expired:  # compacted under this watch: only a re-list can catch up
                 yield _expired(since)
                 return
+            yield from pending
+            pending = []
             if ended or time.monotonic() >= deadline or not alive():
                 return
             with self._cond:
@@ -578,6 +584,7 @@ class _Handler(BaseHTTPRequestHandler):
             fake.requests.append(
                 Request("GET", url.path, route[0].resource.plural if route else None, watch, query)
             )
+            gens = (fake._close_gen, fake._expire_gen)
         if route is None:
             self._error(404, f"the server could not find the requested resource ({url.path})")
             return
@@ -618,7 +625,7 @@ class _Handler(BaseHTTPRequestHandler):
         with fake._cond:
             fake._open_watches[plural] = fake._open_watches.get(plural, 0) + 1
         try:
-            for event in fake._watch(st, ns, match, query, self._client_alive):
+            for event in fake._watch(st, ns, match, query, self._client_alive, gens):
                 line = json.dumps(event).encode() + b"\n"
                 self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                 self.wfile.flush()
@@ -655,7 +662,10 @@ def make_node(
     if taints:
         spec["taints"] = taints
     return {
-        "metadata": {"name": name, "labels": dict(labels or {"gpu-pool": "shared"})},
+        "metadata": {
+            "name": name,
+            "labels": dict(labels) if labels is not None else {"gpu-pool": "shared"},
+        },
         "spec": spec,
         "status": {
             "capacity": dict(allocatable),
