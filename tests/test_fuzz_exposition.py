@@ -1,0 +1,173 @@
+"""Fuzzing `scaler.exposition.read_sample`: whatever a target sends, the reader returns an
+EngineSample or None, or raises the typed ParseError (the target is then marked failed).
+Any other exception would escape as a bug; any non-finite or negative value would be
+invented load.
+
+Three generators: arbitrary text; the real vLLM capture mutated (truncation, byte
+flips, hostile characters, duplicated and dropped lines); and grammar-built expositions
+of exactly the families the reader uses, with odd-but-legal and illegal spellings.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scaler.exposition import NAMES, Engine, ParseError, read_sample
+from scaler.load import EngineSample
+from tests.conftest import FIXTURES
+
+CAPTURE = (FIXTURES / "metrics_after_load.txt").read_text()
+CAPTURE_LINES = CAPTURE.splitlines()
+ENGINES: list[Engine] = ["vllm", "sglang", "tgi"]
+
+# `make test` runs a fixed, reproducible set; FUZZ_EXAMPLES=20000 searches longer and at
+# random (a found crash is printed with its input either way).
+_LONG = int(os.environ.get("FUZZ_EXAMPLES", "0"))
+FUZZ = settings(
+    max_examples=_LONG or 150,
+    deadline=None,  # the slow validation path takes ~10 ms on a full capture
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=not _LONG,
+    database=None,
+)
+
+
+def check(text: str, engine: Engine = "vllm", model: str | None = None) -> None:
+    """The property: a sample with sane values, None, or ParseError; nothing else."""
+    try:
+        s = read_sample(text, engine, model)
+    except ParseError:
+        return
+    if s is None:
+        return
+    assert isinstance(s, EngineSample)
+    for field in ("waiting", "running", "kv_usage_mean", "kv_usage_max"):
+        v = getattr(s, field)
+        assert math.isfinite(v) and v >= 0, (field, v)
+    for field in ("prompt_tokens_total", "generation_tokens_total", "preemptions_total"):
+        v = getattr(s, field)
+        assert v is None or (math.isfinite(v) and v >= 0), (field, v)
+    assert s.kv_usage_max >= s.kv_usage_mean - 1e-9
+    assert s.engines >= 1
+
+
+HOSTILE = st.sampled_from(
+    [*'{}",=\\\n\t #:_.eE+-', "NaN", "+Inf", "-Inf", "\x00", "\ufffd", "é", "1e309"]
+)
+
+
+@FUZZ
+@given(text=st.text(max_size=2000), engine=st.sampled_from(ENGINES))
+def test_arbitrary_text(text: str, engine: Engine) -> None:
+    check(text, engine)
+
+
+@FUZZ
+@given(cut=st.integers(min_value=0, max_value=len(CAPTURE)))
+def test_real_capture_truncated_anywhere(cut: int) -> None:
+    check(CAPTURE[:cut])
+
+
+@FUZZ
+@given(
+    edits=st.lists(
+        st.tuples(st.integers(0, len(CAPTURE) - 1), st.integers(0, 3), HOSTILE),
+        min_size=1,
+        max_size=8,
+    ),
+    model=st.sampled_from([None, "tiny-llama", "other"]),
+)
+def test_real_capture_with_hostile_edits(edits: list[tuple[int, int, str]], model: str) -> None:
+    text = CAPTURE
+    for pos, op, s in edits:
+        pos = min(pos, len(text))
+        if op == 0:  # insert
+            text = text[:pos] + s + text[pos:]
+        elif op == 1:  # replace one character
+            text = text[:pos] + s + text[pos + 1 :]
+        elif op == 2:  # delete a run
+            text = text[:pos] + text[pos + len(s) * 7 :]
+        else:  # duplicate the line around pos
+            start = text.rfind("\n", 0, pos) + 1
+            end = text.find("\n", pos)
+            end = len(text) if end < 0 else end
+            text = text[:end] + "\n" + text[start:end] + text[end:]
+    check(text, "vllm", model)
+
+
+@FUZZ
+@given(
+    picks=st.lists(st.integers(0, len(CAPTURE_LINES) - 1), max_size=60),
+    shuffle=st.randoms(use_true_random=False),
+)
+def test_real_capture_lines_dropped_reordered_repeated(picks: list[int], shuffle: object) -> None:
+    lines = [CAPTURE_LINES[i] for i in picks]
+    shuffle.shuffle(lines)  # type: ignore[attr-defined]
+    check("\n".join(lines) + "\n")
+
+
+# -- grammar-built expositions of the used families ---------------------------------------
+
+VALUES = st.one_of(
+    st.sampled_from(
+        [
+            *("0", "1", "1e+10", "1.5E-3", ".5", "5.", "+3", "-0", "-1", "NaN", "nan", "+Inf"),
+            *("-Inf", "inf", "Infinity", "1_000", "0x10", "", " ", "1e", "1e999", "--1", "١"),
+        ]
+    ),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(min_value=-(10**30), max_value=10**30).map(str),
+)
+LABEL_VALUES = st.text(alphabet=st.sampled_from(list('ab0 -_.:/"\\n\n{},=é')), max_size=12).map(
+    lambda s: '"' + s + '"'
+)
+LABEL_NAMES = st.sampled_from(["engine", "model_name", "rank", "le", "1bad", "", "a b"])
+
+
+@st.composite
+def sample_line(draw: st.DrawFn, engine: Engine) -> str:
+    n = NAMES[engine]
+    used = [*n.waiting, *n.running, *n.kv, *n.prompt_tokens, *n.generation_tokens]
+    used += [*n.preemptions, *n.swapped, "process_start_time_seconds"]
+    name = draw(st.sampled_from(used))
+    if draw(st.booleans()):
+        return f"# TYPE {name.removesuffix('_total')} " + draw(
+            st.sampled_from(["gauge", "counter", "untyped", "histogram", "", "gauge extra"])
+        )
+    labels = draw(st.lists(st.tuples(LABEL_NAMES, LABEL_VALUES), max_size=3))
+    block = ",".join(f"{k}={v}" for k, v in labels)
+    open_, close = draw(st.sampled_from([("{", "}"), ("{", ""), ("", "}"), ("", "")]))
+    sep = draw(st.sampled_from([" ", "\t", "  ", ""]))
+    stamp = draw(st.sampled_from(["", " 1700000000000", " -5", " x"]))
+    labelled = f"{open_}{block}{close}" if labels or open_ or close else ""
+    return f"{name}{labelled}{sep}{draw(VALUES)}{stamp}"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_grammar_built_expositions(engine: Engine) -> None:
+    @FUZZ
+    @given(lines=st.lists(sample_line(engine), min_size=1, max_size=12))
+    def run(lines: list[str]) -> None:
+        check("\n".join(lines) + "\n", engine)
+        check("\n".join(lines) + "\n", engine, "a")
+
+    run()
+
+
+def test_fuzz_property_is_not_vacuous() -> None:
+    """The property accepts the real capture as a sample and rejects invented numbers."""
+    s = read_sample(CAPTURE)
+    assert isinstance(s, EngineSample)
+    check(CAPTURE)
+    bad = CAPTURE.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 0.0', "")
+    assert bad != CAPTURE
+    for value in ("NaN", "-1", "+Inf"):
+        with pytest.raises(ParseError):
+            read_sample(
+                bad + f'vllm:num_requests_waiting{{engine="0",model_name="tiny-llama"}} {value}\n'
+            )
