@@ -76,7 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "demo":
+        # argparse's REMAINDER does not take a leading `--flag`: it lands in `extra`.
+        args.demo_args = [*extra, *args.demo_args]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     setup_logging(args.log_format, args.log_level)
     try:
         return int(args.func(args))
