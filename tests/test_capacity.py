@@ -10,7 +10,7 @@ from typing import Any
 
 import kubernetes
 import pytest
-from kubeapi import FakeKubeAPI, make_node, make_pod
+from kubeapi import FakeKubeAPI, make_endpoint_slice, make_node, make_pod
 
 from scaler.accounting import Capacity
 from scaler.capacity import (
@@ -480,3 +480,68 @@ def test_watcher_stop_is_prompt(api: FakeKubeAPI) -> None:
     w.stop()
     assert time.monotonic() - t0 < 2.0
     api.wait_for(lambda: api.open_watches() == 0, what="server saw the watch end")
+
+
+# --- the fake API server itself (reused by discovery tests): real client, other resources -
+
+
+def test_fake_api_endpointslices_pagination_and_errors(api: FakeKubeAPI) -> None:
+    disc: Any = kubernetes.client.DiscoveryV1Api(api.client())  # untyped model access
+    core: Any = kubernetes.client.CoreV1Api(api.client())
+    for i in range(3):
+        api.put(
+            "endpointslices",
+            make_endpoint_slice(
+                f"chat-{i}", service="chat", namespace="serving", endpoints=[(f"10.0.0.{i}", True)]
+            ),
+        )
+    api.put("endpointslices", make_endpoint_slice("other", service="other", namespace="serving"))
+    api.put("endpointslices", make_endpoint_slice("chat-x", service="chat", namespace="elsewhere"))
+
+    sel = "kubernetes.io/service-name=chat"
+    page = disc.list_namespaced_endpoint_slice("serving", label_selector=sel, limit=2)
+    assert [s.metadata.name for s in page.items] == ["chat-0", "chat-1"]
+    assert page.items[0].endpoints[0].addresses == ["10.0.0.0"]
+    assert page.items[0].endpoints[0].conditions.ready is True
+    rest = disc.list_namespaced_endpoint_slice(
+        "serving", label_selector=sel, limit=2, _continue=page.metadata._continue
+    )
+    assert [s.metadata.name for s in rest.items] == ["chat-2"] and not rest.metadata._continue
+    everywhere = disc.list_endpoint_slice_for_all_namespaces(label_selector=sel)
+    assert len(everywhere.items) == 4
+
+    with pytest.raises(kubernetes.client.ApiException) as e:
+        core.read_namespaced_pod("nope", "serving")
+    assert e.value.status == 404
+    api.fail(500, count=1)
+    with pytest.raises(kubernetes.client.ApiException) as e:
+        core.list_node()
+    assert e.value.status == 500
+    assert core.list_node().items == []  # count=1: the next request succeeds
+
+
+def test_fake_api_watch_namespace_and_selector_transitions(api: FakeKubeAPI) -> None:
+    disc: Any = kubernetes.client.DiscoveryV1Api(api.client())  # untyped model access
+    sel = "kubernetes.io/service-name=chat"
+    api.put("endpointslices", make_endpoint_slice("a", service="chat", namespace="serving"))
+    rv = disc.list_namespaced_endpoint_slice(
+        "serving", label_selector=sel
+    ).metadata.resource_version
+    api.put("endpointslices", make_endpoint_slice("b", service="chat", namespace="serving"))
+    api.put("endpointslices", make_endpoint_slice("c", service="chat", namespace="other-ns"))
+    api.put("endpointslices", make_endpoint_slice("a", service="moved", namespace="serving"))
+    api.put("endpointslices", make_endpoint_slice("a", service="chat", namespace="serving"))
+    api.delete("endpointslices", "b", namespace="serving")
+    w = kubernetes.watch.Watch()
+    got = [
+        (ev["type"], ev["object"].metadata.name)
+        for ev in w.stream(
+            disc.list_namespaced_endpoint_slice,
+            "serving",
+            label_selector=sel,
+            resource_version=rv,
+            timeout_seconds=1,
+        )
+    ]
+    # Replayed from rv: b added; a relabelled out (DELETED) and back in (ADDED); b deleted.
+    assert got == [("ADDED", "b"), ("DELETED", "a"), ("ADDED", "a"), ("DELETED", "b")]
