@@ -898,6 +898,15 @@ BAD = [
         False,
     ),
     Bad(
+        "egress-without-api-server",
+        {
+            "networkPolicy": {"enabled": True, "egress": {"enabled": True}},
+            "pool": {"capacity": {"gpus": None, "nodes": {"labelSelector": "a=b"}}},
+        },
+        "networkPolicy.egress.enabled blocks the Kubernetes API",
+        False,
+    ),
+    Bad(
         "unknown-chart-key", {"replicas": 3}, "additional properties 'replicas' not allowed", False
     ),
 ]

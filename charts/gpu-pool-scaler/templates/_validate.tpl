@@ -141,6 +141,10 @@ priorities, Job templates). Each message names the values key.
 {{- fail (printf "podDisruptionBudget.minAvailable (%d) must be lower than replicaCount (%d), or node drains block forever; disable the PDB for a single replica" (int $v.podDisruptionBudget.minAvailable) (int $v.replicaCount)) }}
 {{- end }}
 {{- end }}
+{{- $np := $v.networkPolicy }}
+{{- if and $np.enabled $np.egress.enabled (include "gps.needsKubeAPI" .) (empty $np.egress.apiServer.cidrs) }}
+{{- fail "networkPolicy.egress.enabled blocks the Kubernetes API, which node capacity / target discovery read: set networkPolicy.egress.apiServer.cidrs (e.g. the kubernetes Service's endpoints)" }}
+{{- end }}
 {{- $pc := $v.priorityClasses }}
 {{- if le (int64 $pc.inference.value) (int64 $pc.research.value) }}
 {{- fail (printf "priorityClasses.inference.value (%d) must be greater than priorityClasses.research.value (%d): inference must preempt research to take GPUs back" (int64 $pc.inference.value) (int64 $pc.research.value)) }}
