@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 # KEDA metric names and Kubernetes object names: lowercase DNS-1123 labels.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -62,6 +69,14 @@ class NodeCapacity(_Model):
     poolLabel: str = "gpu-pool-scaler.io/pool"
     # Watch failing longer than this → capacity unknown (research fails closed).
     staleAfterSeconds: Annotated[float, Field(gt=0)] = 60.0
+
+    @field_validator("labelSelector")
+    @classmethod
+    def _selector(cls, v: str) -> str:
+        from scaler.capacity import LabelSelector  # lazy: scaler.capacity imports this module
+
+        LabelSelector.parse(v)  # a typo must fail the (re)load, not every control cycle
+        return v
 
 
 class CapacityConfig(_Model):
