@@ -21,7 +21,7 @@ from scaler.capacity import (
     capacity_source,
     pod_request,
 )
-from scaler.config import CapacityConfig, NodeCapacity
+from scaler.config import CapacityConfig, ConfigError, NodeCapacity, parse_config
 
 POOL = "shared-h100"
 IN_POOL = {"gpu-pool-scaler.io/pool": POOL}
@@ -246,10 +246,21 @@ def test_capacity_source_from_config() -> None:
     assert w.current() is None  # not started: unknown, never a zero
 
 
+def test_config_rejects_bad_selector() -> None:
+    doc = {
+        "pool": {"name": "p", "capacity": {"nodes": {"labelSelector": "gpu-pool in (a"}}},
+        "research": [{"name": "r", "gpusPerJob": 1}],
+    }
+    with pytest.raises(ConfigError, match=r"pool\.capacity\.nodes\.labelSelector: invalid"):
+        parse_config(doc)
+
+
 def test_watcher_rejects_bad_selector() -> None:
     client = kubernetes.client.ApiClient(kubernetes.client.Configuration(host="http://x"))
     with pytest.raises(ValueError, match="label selector"):
-        NodeCapacityWatcher(client, ncfg(labelSelector="a in (b"), pool_name=POOL)
+        # model_construct skips config validation: the watcher guards on its own.
+        bad = NodeCapacity.model_construct(labelSelector="a in (b")
+        NodeCapacityWatcher(client, bad, pool_name=POOL)
 
 
 # --- the watcher against a real HTTP server, with the real client -----------------------
