@@ -1,0 +1,1 @@
+"""Benchmarks of gpu-pool-scaler (see docs/bench.md)."""

@@ -1,0 +1,241 @@
+"""The policies compared by the bench, all reading the same simulated pool.
+
+* `ours`: the server's own code path: per-replica `EngineSample` -> `TargetState` ->
+  `scaler.aggregate.aggregate` -> `scaler.policy.decide` -> `scaler.accounting.split_pool`
+  (+ `scaler.reserve.ReserveTracker`), every scrape interval; KEDA hands `desired` to the
+  HPA (AverageValue, target 1) and the research slots to the ScaledJobs.
+* `static-peak`: replicas fixed at what the trace's peak needs; nothing lent.
+* `queue-threshold`: production-stack's KEDA recipe: Prometheus trigger on
+  `vllm:num_requests_waiting` (sum over pods), threshold 5, AverageValue, HPA defaults.
+* `gpu-util-hpa`: HPA on GPU utilisation (DCGM busy fraction, per-pod average, target 0.7).
+* `oracle`: knows the future demand exactly (the rate curve the arrivals follow, per
+  minute): replicas = that rate / the calibrated per-replica capacity at the SLO, raised
+  one reclaim lead time ahead and lowered only when demand stays low for the longest
+  checkpoint interval; spec.replicas set directly (no HPA lag).
+
+Baselines lend what their autoscaler leaves free through the same accounting
+(`split_pool` with desired = their replica target), the same ScaledJobs and preemption,
+so the harvest columns compare the inference side only. `static-peak` lends nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.sim.kube import Hpa, HpaBehavior
+from scaler.accounting import Capacity, split_pool
+from scaler.aggregate import aggregate
+from scaler.config import Config
+from scaler.decision import ServiceDecision
+from scaler.load import EngineSample, TargetPhase, TargetState
+from scaler.policy import PolicyState, decide
+from scaler.reserve import ReserveTracker
+
+POLICY_NAMES = ("ours", "static-peak", "queue-threshold", "gpu-util-hpa", "oracle")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """What a policy may observe at one instant (as scraped / as Kubernetes reports)."""
+
+    now: float
+    samples: Mapping[int, EngineSample]  # ready replica row -> its /metrics now
+    busy: Mapping[int, float]  # ready replica row -> GPU busy fraction since last view
+    starting: int  # inference pods pending or loading the model
+    spec_replicas: int  # Deployment spec.replicas
+    current: int  # replicas that exist (ready + starting)
+
+
+@dataclass
+class Policy:
+    name: str
+    cfg: Config
+    capacity_gpus: int
+    uses_hpa: bool = True
+    lends: bool = True
+    behavior: HpaBehavior = field(default_factory=HpaBehavior)
+    slots: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def svc_name(self) -> str:
+        return self.cfg.inference[0].name
+
+    def control(self, view: PoolView) -> None:
+        """Every scrape interval (5 s)."""
+
+    def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
+        """At each HPA sync: the HPA's raw recommendation (None = keep)."""
+        return None
+
+    def direct_replicas(self, view: PoolView) -> int | None:
+        """Policies that set spec.replicas themselves (no HPA)."""
+        return None
+
+    def lend(self, view: PoolView, desired: int) -> None:
+        """Research slots from the shared accounting, with `desired` as the inference target."""
+        if not self.lends:
+            self.slots = {c.name: 0 for c in self.cfg.research}
+            return
+        svc = self.cfg.inference[0]
+        d = ServiceDecision(
+            name=svc.name,
+            namespace=svc.namespace,
+            desired=desired,
+            current=view.current,
+            ready=len(view.samples),
+            starting=view.starting,
+            reason=self.name,
+            fresh=True,
+            gpus_per_replica=svc.gpusPerReplica,
+        )
+        _, research = split_pool(
+            self.cfg,
+            {svc.name: d},
+            Capacity(self.capacity_gpus),
+            self.cfg.pool.reserveGPUs,
+            ready_for_research=True,
+        )
+        self.slots = {k: v.slots for k, v in research.items()}
+
+
+@dataclass
+class Ours(Policy):
+    state: PolicyState | None = None
+    desired: int | None = None
+    reserve: ReserveTracker | None = None
+    _last: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    _cycles: int = 0
+
+    def control(self, view: PoolView) -> None:
+        svc = self.cfg.inference[0]
+        states: list[TargetState] = []
+        seen = {}
+        for row, s in view.samples.items():
+            tokens = (s.prompt_tokens_total or 0.0) + (s.generation_tokens_total or 0.0)
+            start = s.process_start_seconds or 0.0
+            prev = self._last.get(row)
+            rate = None
+            if prev is not None and prev[0] == start and view.now > prev[1] and tokens >= prev[2]:
+                rate = (tokens - prev[2]) / (view.now - prev[1])
+            seen[row] = (start, view.now, tokens)
+            states.append(
+                TargetState(f"replica-{row}", TargetPhase.SERVING, s, view.now, None, rate)
+            )
+        self._last = seen
+        states.extend(
+            TargetState(f"starting-{i}", TargetPhase.STARTING, None, None)
+            for i in range(view.starting)
+        )
+        load = aggregate(svc.name, states, view.now, self.cfg.scrape.staleAfterSeconds)
+        decision, self.state = decide(svc, load, self.state, view.now)
+        self.desired = decision.desired
+        if self.reserve is None:
+            self.reserve = ReserveTracker(self.cfg.pool)
+        need = max(decision.desired or 0, decision.current) * svc.gpusPerReplica
+        self.reserve.observe(view.now, need)
+        _, research = split_pool(
+            self.cfg,
+            {svc.name: decision},
+            Capacity(self.capacity_gpus),
+            self.reserve.reserve(view.now),
+            ready_for_research=True,  # the loop lends from its first complete cycle on
+        )
+        self.slots = {k: v.slots for k, v in research.items()}
+        self._cycles += 1
+
+    def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
+        if self.desired is None:
+            return None  # gRPC UNAVAILABLE: KEDA keeps the current count (fallback)
+        return hpa.recommend_average_value(float(self.desired), 1.0, view.spec_replicas)
+
+
+@dataclass
+class StaticPeak(Policy):
+    replicas: int = 1
+
+    def direct_replicas(self, view: PoolView) -> int | None:
+        return self.replicas
+
+    def control(self, view: PoolView) -> None:
+        self.slots = {c.name: 0 for c in self.cfg.research}
+
+
+@dataclass
+class QueueThreshold(Policy):
+    threshold: float = 5.0
+    prom_interval_s: float = 15.0
+    _prom_value: float = 0.0
+    _prom_at: float = -math.inf
+
+    def control(self, view: PoolView) -> None:
+        if view.now - self._prom_at >= self.prom_interval_s:  # Prometheus scrape
+            self._prom_value = sum(s.waiting for s in view.samples.values())
+            self._prom_at = view.now
+        self.lend(view, view.spec_replicas)
+
+    def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
+        return hpa.recommend_average_value(self._prom_value, self.threshold, view.spec_replicas)
+
+
+@dataclass
+class GpuUtilHpa(Policy):
+    target: float = 0.7
+    _acc: dict[int, list[float]] = field(default_factory=dict)
+
+    def control(self, view: PoolView) -> None:
+        for row, b in view.busy.items():
+            self._acc.setdefault(row, []).append(b)
+        self.lend(view, view.spec_replicas)
+
+    def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
+        ready = [row for row in view.samples if row in self._acc]
+        if not ready:
+            return None
+        avg = float(np.mean([np.mean(self._acc[r]) for r in ready]))
+        self._acc = {}
+        return hpa.recommend_per_pod(avg, self.target, len(ready), view.spec_replicas)
+
+
+@dataclass
+class Oracle(Policy):
+    need_at: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    t0: float = 0.0  # time of need_at[0]; one entry per minute
+    uses_hpa: bool = False
+
+    def target(self, now: float) -> int:
+        i = int((now - self.t0) // 60)
+        i = min(max(i, 0), self.need_at.size - 1)
+        return int(self.need_at[i])
+
+    def direct_replicas(self, view: PoolView) -> int | None:
+        return self.target(view.now)
+
+    def control(self, view: PoolView) -> None:
+        self.lend(view, self.target(view.now))
+
+
+def oracle_need(
+    rate_t: npt.NDArray[np.float64],
+    rate: npt.NDArray[np.float64],
+    t0: float,
+    t1: float,
+    per_replica_rps: float,
+    lead_s: float,
+    lo: int,
+    hi: int,
+) -> npt.NDArray[np.int64]:
+    """Replicas per minute from [t0, t1): the demand the arrivals follow (the workload's rate
+    curve, per minute) at the calibrated per-replica capacity (which already covers the
+    bursts inside a minute), maximised over the next `lead_s`."""
+    starts = np.arange(t0, t1, 60.0)
+    lam = np.interp(starts, rate_t, rate)
+    need = np.ceil(lam / per_replica_rps - 1e-9).astype(np.int64)
+    k = max(1, math.ceil(lead_s / 60.0)) + 1
+    padded = np.concatenate((need, np.full(k, need[-1] if need.size else 0)))
+    ahead = np.lib.stride_tricks.sliding_window_view(padded, k)[: need.size].max(axis=1)
+    return np.clip(ahead, lo, hi).astype(np.int64)

@@ -1,0 +1,151 @@
+"""Results of a scenario run: results.json (the issue's schema), report.md, pool.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.sim.engine import PolicyResult
+from bench.sim.scenario import ScenarioRun, scenario_dict
+
+
+def policy_metrics(r: PolicyResult, slo_s: float, oracle_harvest: float) -> dict[str, Any]:
+    ttft = r.ttft
+    h = r.ledger.useful_gpu_s / 3600.0
+    return {
+        "slo_attainment": float(np.mean(ttft <= slo_s)) if ttft.size else 0.0,
+        "ttft_p50_s": _pct(ttft, 50),
+        "ttft_p99_s": _pct(ttft, 99),
+        "queue_p99_s": _pct(r.queue, 99),
+        "inference_gpu_hours": r.inference_gpu_s / 3600.0,
+        "harvested_gpu_hours": h,
+        "oracle_share": h / oracle_harvest if oracle_harvest > 0 else 0.0,
+        "lost_gpu_hours": r.ledger.lost_gpu_s / 3600.0,
+        "preemptions": int(r.ledger.preemptions),
+        "replica_changes": int(r.replica_changes),
+    }
+
+
+def _pct(x: np.ndarray, q: float) -> float:
+    v = float(np.percentile(x, q)) if x.size else 0.0
+    return v if np.isfinite(v) else float("inf")
+
+
+def results_json(run: ScenarioRun) -> dict[str, Any]:
+    slo = run.scenario.slo_ttft_s
+    oracle = run.results.get("oracle")
+    oh = oracle.ledger.useful_gpu_s / 3600.0 if oracle else 0.0
+    return {
+        "scenario": scenario_dict(run),
+        "policies": {n: policy_metrics(r, slo, oh) for n, r in run.results.items()},
+    }
+
+
+def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str) -> str:
+    s = data["scenario"]
+    slo = run.scenario.slo_ttft_s
+    lines = [
+        f"# Bench: {s['trace']}, {s['days']:g} day(s), {s['pool_gpus']} GPUs",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {machine}",
+        "",
+        f"Replica: {s['replica']['model']} on {s['replica']['tp']} × {s['replica']['gpu']} "
+        f"(TP{s['replica']['tp']}), max_num_seqs {s['replica']['max_num_seqs']}, "
+        f"KV {s['replica']['kv_capacity_tokens']:,} tokens, cold start {s['cold_start_s']:g} s. "
+        f"Capacity at the SLO (≥ {s['attainment']:.0%} of requests with TTFT ≤ {slo:g} s, "
+        f"this trace's bursts): {s['capacity_per_replica_rps']:.3f} req/s per replica; "
+        f"trace peak scaled to {s['peak_rps']:.2f} req/s "
+        f"(= {s['peak_fraction']:.0%} of the pool); {s['requests']:,} requests "
+        f"(incl. {s['warmup_s']:g} s warm-up, not measured). Reserve {s['reserve_gpus']} GPUs; "
+        f"static peak = {s['static_peak_replicas']} replicas.",
+        "",
+        "| policy | requests served | TTFT p50 (s) | TTFT p99 (s) | within SLO "
+        f"({slo:g} s) | queue p99 (s) | inference GPU-h | research harvested GPU-h "
+        "| share of oracle | research lost GPU-h (% of harvested) | preemptions "
+        "| replica changes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in run.results.items():
+        m = data["policies"][name]
+        h = m["harvested_gpu_hours"]
+        lost_pct = f"{m['lost_gpu_hours'] / h:.1%}" if h > 0 else "–"
+        lines.append(
+            f"| {name} | {r.served:,} | {m['ttft_p50_s']:.2f} | {m['ttft_p99_s']:.2f} "
+            f"| {m['slo_attainment']:.2%} | {m['queue_p99_s']:.2f} "
+            f"| {m['inference_gpu_hours']:.1f} | {h:.1f} | {m['oracle_share']:.1%} "
+            f"| {m['lost_gpu_hours']:.1f} ({lost_pct}) | {m['preemptions']} "
+            f"| {m['replica_changes']} |"
+        )
+    lines += [
+        "",
+        "Harvested = useful research work (checkpointed or completed, plus progress of Jobs "
+        "still running at the end); lost = work since the last checkpoint of preempted pods. "
+        "Simulation wall time per policy: "
+        + ", ".join(f"{n} {r.wall_s:.0f} s" for n, r in run.results.items())
+        + ".",
+        "",
+        "![pool split](pool.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(run: ScenarioRun, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(run.results)
+    fig, axes = plt.subplots(len(names), 1, figsize=(12, 2.4 * len(names)), sharex=True)
+    axes = np.atleast_1d(axes)
+    cap = run.scenario.pool_gpus
+    for ax, name in zip(axes, names, strict=True):
+        s = run.results[name].series
+        t = np.asarray(s.t) / 3600.0
+        inf = np.asarray(s.inference)
+        res = np.asarray(s.research)
+        free = np.maximum(cap - inf - res, 0)
+        reserve = np.minimum(np.asarray(s.reserve), free)
+        idle = free - reserve
+        ax.stackplot(
+            t,
+            inf,
+            res,
+            reserve,
+            idle,
+            labels=["inference", "research", "reserve (free)", "idle"],
+            colors=["#1f77b4", "#2ca02c", "#ff7f0e", "#d9d9d9"],
+            step="post",
+        )
+        ax.set_ylim(0, cap)
+        ax.set_ylabel("GPUs")
+        ax.set_title(name, loc="left", fontsize=10)
+        ax2 = ax.twinx()
+        ax2.plot(t, s.arrivals_per_s, color="black", linewidth=0.7, label="requests/s")
+        ax2.set_ylabel("req/s")
+        ax2.set_ylim(bottom=0)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=4)
+    axes[-1].set_xlabel("hours")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write(run: ScenarioRun, out: Path, command: str, machine: str) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    data = results_json(run)
+    (out / "results.json").write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
+    (out / "report.md").write_text(markdown(run, data, command, machine))
+    plot(run, out / "pool.png")
+    return data
+
+
+def _json_default(o: object) -> object:
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o)}")

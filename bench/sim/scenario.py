@@ -1,0 +1,295 @@
+"""A bench scenario: pool, model, trace, research backlog; capacity calibration; the run.
+
+Capacity at the SLO (`calibrate`): the largest steady request rate at which a pool of
+`n` replicas (the count that is 90 % of the pool) serves at least `attainment` of the
+requests within the TTFT SLO, under the scenario's own burst and length model. The trace
+is then scaled so its peak is exactly that rate: the peak needs ~90 % of the pool's GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from bench.sim.engine import PolicyResult, PoolTiming, simulate_policy
+from bench.sim.kube import HpaBehavior, ResearchClassSpec
+from bench.sim.policies import (
+    POLICY_NAMES,
+    GpuUtilHpa,
+    Oracle,
+    Ours,
+    Policy,
+    QueueThreshold,
+    StaticPeak,
+    oracle_need,
+)
+from bench.sim.profile import ReplicaSpec
+from bench.sim.replica import ReplicaPool, RequestLog, Router
+from bench.sim.workload import DAY, Workload, load_curve, make_workload, stationary_workload
+from scaler.config import Config, parse_config
+
+DEFAULT_CLASSES = (
+    ResearchClassSpec("eval", 1, median_hours=1.0, sigma=0.7, checkpoint_s=600),
+    ResearchClassSpec("finetune", 4, median_hours=4.0, sigma=0.7, checkpoint_s=1200),
+    ResearchClassSpec("pretrain", 8, median_hours=12.0, sigma=0.5, checkpoint_s=1800),
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    trace: str = "azure-code-week"
+    days: float = 1.0
+    start_day: float = 0.0  # offset into the trace
+    pool_gpus: int = 64
+    gpus_per_replica: int = 4
+    gpus_per_node: int = 8
+    model: str = "llama3-70b"
+    seed: int = 1
+    slo_ttft_s: float = 2.0
+    attainment: float = 0.99  # capacity = rate where this share meets the SLO
+    peak_fraction: float = 0.9  # the trace's peak needs this share of the pool
+    reserve_gpus: int = 4
+    cold_start_s: float = 120.0
+    warmup_s: float = 1800.0
+    burst: Literal["empirical", "poisson"] = "empirical"
+    throughput_target_fraction: float = 0.9  # ours: tokens/s target = this × capacity
+    classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
+    timing: PoolTiming = field(default_factory=PoolTiming)
+
+    @property
+    def spec(self) -> ReplicaSpec:
+        return ReplicaSpec(
+            model_key=self.model, tp=self.gpus_per_replica, cold_start_s=self.cold_start_s
+        )
+
+    @property
+    def max_replicas(self) -> int:
+        return (self.pool_gpus - self.reserve_gpus) // self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class Calibration:
+    per_replica_rps: float
+    replicas: int
+    attainment: float  # measured at the chosen rate
+    mean_tokens: float  # prompt + output per request
+    seconds: float
+
+
+def _attainment(
+    spec: ReplicaSpec, kind: str, replicas: int, rps: float, slo: float, seed: int, burst: Any
+) -> float:
+    dur, warm = 1500.0, 300.0
+    w = stationary_workload(kind, rps, dur, np.random.default_rng([seed, 99]), burst=burst)
+    log = RequestLog.of(w.arrival, w.prompt, w.output)
+    pool = ReplicaPool(spec, replicas, log)
+    router = Router()
+    for r in range(replicas):
+        pool.start(r, 0.0)
+    last = 0
+    for s in range(int(dur)):
+        j = w.arrivals(s, s + 1.0)[1]
+        router.route(pool, np.arange(last, j))
+        last = j
+        pool.step(float(s), 1.0)
+        if s > warm and sum(len(q) for q in pool.queues) > 50 * replicas:
+            return 0.0  # overloaded: the queue only grows
+    m = (w.arrival >= warm) & (w.arrival < dur - 30)
+    ttft = log.first_token[: log.n][m] - w.arrival[m]
+    return float(np.mean(np.nan_to_num(ttft, nan=np.inf) <= slo))
+
+
+def calibrate(scn: Scenario, kind: str) -> Calibration:
+    t0 = time.monotonic()
+    spec = scn.spec
+    n = max(1, round(scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica))
+    lo, hi = 0.0, 4.0
+    # Grow `hi` until it fails, then bisect (common random numbers: same seed each try).
+    while _attainment(spec, kind, n, hi * n, scn.slo_ttft_s, scn.seed, scn.burst) >= scn.attainment:
+        lo, hi = hi, hi * 2
+    for _ in range(7):
+        mid = (lo + hi) / 2
+        ok = _attainment(spec, kind, n, mid * n, scn.slo_ttft_s, scn.seed, scn.burst)
+        lo, hi = (mid, hi) if ok >= scn.attainment else (lo, mid)
+    if lo <= 0:
+        raise RuntimeError(f"no request rate meets the SLO on {n} replicas")
+    att = _attainment(spec, kind, n, lo * n, scn.slo_ttft_s, scn.seed, scn.burst)
+    w = stationary_workload(kind, 10.0, 600.0, np.random.default_rng(0), burst=scn.burst)
+    mean_tokens = float(np.mean(w.prompt + w.output))
+    return Calibration(lo, n, att, mean_tokens, time.monotonic() - t0)
+
+
+def pool_config(scn: Scenario, cal: Calibration) -> Config:
+    tps = scn.throughput_target_fraction * cal.per_replica_rps * cal.mean_tokens
+    return parse_config(
+        {
+            "pool": {
+                "name": "sim",
+                "capacity": {"gpus": scn.pool_gpus},
+                "reserveGPUs": scn.reserve_gpus,
+            },
+            "scrape": {
+                "intervalSeconds": scn.timing.scrape_interval_s,
+                "timeoutSeconds": 2,
+                "staleAfterSeconds": 30,
+            },
+            "inference": [
+                {
+                    "name": "chat",
+                    "gpusPerReplica": scn.gpus_per_replica,
+                    "minReplicas": 1,
+                    "maxReplicas": scn.max_replicas,
+                    "targets": {"static": ["127.0.0.1:8000"]},
+                    "thresholds": {
+                        "waitingPerReplica": 5,
+                        "kvCacheUsage": 0.8,
+                        "tokensPerSecondPerReplica": round(tps),
+                    },
+                    "scaleDown": {"stabilizationSeconds": 300},
+                    "coldStartSeconds": scn.cold_start_s,
+                }
+            ],
+            "research": [
+                {"name": c.name, "gpusPerJob": c.gpus, "weight": c.weight, "maxJobs": c.max_jobs}
+                for c in scn.classes
+            ],
+        },
+        "bench scenario",
+    )
+
+
+@dataclass
+class ScenarioRun:
+    scenario: Scenario
+    calibration: Calibration
+    peak_rps: float
+    requests: int
+    results: dict[str, PolicyResult]
+    static_replicas: int
+    config: Config
+
+
+def make_policies(
+    scn: Scenario, cfg: Config, cal: Calibration, w: Workload, t0: float, t1: float
+) -> tuple[dict[str, Policy], int]:
+    peak = float(w.rate.max())
+    static_n = min(scn.max_replicas, math.ceil(peak / cal.per_replica_rps - 1e-9))
+    # The oracle raises one reclaim lead ahead, and lowers only when demand stays lower for
+    # the longest checkpoint interval (lending for less mostly loses the work).
+    lead = max(
+        scn.cold_start_s + scn.timing.research_grace_s + 60.0,
+        max(c.checkpoint_s for c in scn.classes),
+    )
+    need = oracle_need(w.rate_t, w.rate, t0, t1, cal.per_replica_rps, lead, 1, scn.max_replicas)
+    cap = scn.pool_gpus
+    # Ours: the chart sets behavior tolerance 0 and no HPA scale-down window (the policy
+    # stabilizes itself); baselines get Kubernetes' defaults.
+    ours_hpa = HpaBehavior(tolerance=0.0, scale_down_stabilization_s=0.0)
+    pols: dict[str, Policy] = {
+        "ours": Ours("ours", cfg, cap, behavior=ours_hpa),
+        "static-peak": StaticPeak(
+            "static-peak", cfg, cap, uses_hpa=False, lends=False, replicas=static_n
+        ),
+        "queue-threshold": QueueThreshold("queue-threshold", cfg, cap),
+        "gpu-util-hpa": GpuUtilHpa("gpu-util-hpa", cfg, cap),
+        "oracle": Oracle("oracle", cfg, cap, need_at=need, t0=t0),
+    }
+    return pols, static_n
+
+
+def run_scenario(
+    scn: Scenario,
+    policies: tuple[str, ...] = POLICY_NAMES,
+    progress: Callable[[str, float], None] | None = None,
+    jobs: int = 1,
+) -> ScenarioRun:
+    curve = load_curve(scn.trace)
+    cal = calibrate(scn, curve.lengths)
+    peak = cal.per_replica_rps * scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica
+    t0, t1 = -scn.warmup_s, scn.days * DAY
+    w = make_workload(
+        curve,
+        start_s=scn.start_day * DAY,
+        duration_s=t1,
+        peak_rps=peak,
+        rng=np.random.default_rng([scn.seed, 1]),
+        burst=scn.burst,
+        lead_in_s=scn.warmup_s,
+    )
+    cfg = pool_config(scn, cal)
+    pols, static_n = make_policies(scn, cfg, cal, w, t0, t1)
+    unknown = set(policies) - set(pols)
+    if unknown:
+        raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(pols)}")
+    oracle = pols["oracle"]
+    assert isinstance(oracle, Oracle)
+    init = oracle.target(t0)
+
+    def one(name: str) -> PolicyResult:
+        p = pols[name]
+        t = time.monotonic()
+        r = simulate_policy(
+            p,
+            w,
+            spec=scn.spec,
+            pool_gpus=scn.pool_gpus,
+            gpus_per_node=scn.gpus_per_node,
+            classes=list(scn.classes),
+            t_start=t0,
+            t_end=t1,
+            initial_replicas=static_n if name == "static-peak" else init,
+            seed=scn.seed,
+            timing=scn.timing,
+            progress=(lambda f: progress(name, f)) if progress else None,
+        )
+        r.wall_s = time.monotonic() - t
+        return r
+
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        _CHILD["one"] = one  # inherited by the forked workers (closures do not pickle)
+        with ProcessPoolExecutor(jobs, mp_context=get_context("fork")) as ex:
+            outs = list(ex.map(_run_in_child, policies))
+        _CHILD.clear()
+        results = dict(zip(policies, outs, strict=True))
+    else:
+        results = {n: one(n) for n in policies}
+    return ScenarioRun(scn, cal, peak, len(w), results, static_n, cfg)
+
+
+_CHILD: dict[str, Any] = {}
+
+
+def _run_in_child(name: str) -> PolicyResult:
+    fn: Callable[[str], PolicyResult] = _CHILD["one"]
+    return fn(name)
+
+
+def scenario_dict(run: ScenarioRun) -> dict[str, Any]:
+    s = run.scenario
+    d = {k: v for k, v in asdict(s).items() if k not in ("classes", "timing")}
+    d["research_classes"] = [asdict(c) for c in s.classes]
+    d["timing"] = asdict(s.timing)
+    d["replica"] = {
+        "model": s.spec.model.name,
+        "gpu": s.spec.gpu.name,
+        "tp": s.spec.tp,
+        "max_num_seqs": s.spec.max_num_seqs,
+        "max_num_batched_tokens": s.spec.max_num_batched_tokens,
+        "kv_capacity_tokens": s.spec.kv_capacity_tokens,
+    }
+    d["capacity_per_replica_rps"] = run.calibration.per_replica_rps
+    d["calibration_attainment"] = run.calibration.attainment
+    d["peak_rps"] = run.peak_rps
+    d["requests"] = run.requests
+    d["static_peak_replicas"] = run.static_replicas
+    svc = run.config.inference[0]
+    d["ours_thresholds"] = svc.thresholds.model_dump()
+    return d

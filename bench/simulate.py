@@ -1,0 +1,104 @@
+"""Replay a diurnal trace through a simulated GPU pool under each scaling policy.
+
+    python -m bench.simulate [--trace NAME] [--days N] [--pool-gpus N]
+                             [--gpus-per-replica N] [--seed N] [--out DIR]
+
+Writes DIR/report.md, DIR/results.json and DIR/pool.png (see docs/bench.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from bench.sim.policies import POLICY_NAMES
+from bench.sim.report import write
+from bench.sim.scenario import Scenario, run_scenario
+from bench.sim.workload import TRACES
+
+
+class Bar:
+    """A one-line progress bar on stderr (one bar per policy)."""
+
+    def __init__(self, width: int = 30) -> None:
+        self.width = width
+        self.tty = sys.stderr.isatty()
+        self._last: dict[str, int] = {}
+        self.t0 = time.monotonic()
+
+    def __call__(self, name: str, frac: float) -> None:
+        pct = int(frac * 100)
+        if self._last.get(name) == pct or (not self.tty and pct % 25 and pct != 100):
+            return
+        self._last[name] = pct
+        filled = int(frac * self.width)
+        line = (
+            f"{name:>16} [{'#' * filled}{'.' * (self.width - filled)}] {pct:3d}% "
+            f"{time.monotonic() - self.t0:5.0f} s"
+        )
+        if self.tty:
+            sys.stderr.write("\r" + line + ("\n" if pct == 100 else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def machine() -> str:
+    u = platform.uname()
+    return (
+        f"`{u.system} {u.node} {u.release} {u.version} {u.machine}`, "
+        f"nproc {os.cpu_count()}, Python {platform.python_version()}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n")[1])
+    p.add_argument("--trace", default="azure-code-week", choices=sorted(TRACES))
+    p.add_argument("--days", type=float, default=1.0)
+    p.add_argument("--start-day", type=float, default=0.0, help="offset into the trace (days)")
+    p.add_argument("--pool-gpus", type=int, default=64)
+    p.add_argument("--gpus-per-replica", type=int, default=4, choices=(1, 2, 4, 8))
+    p.add_argument("--model", default="llama3-70b")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
+    p.add_argument("--reserve-gpus", type=int, default=4)
+    p.add_argument("--policies", default=",".join(POLICY_NAMES))
+    p.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
+    p.add_argument("--out", type=Path, default=None)
+    a = p.parse_args(argv)
+    if a.days <= 0 or a.pool_gpus < a.gpus_per_replica:
+        p.error("--days must be > 0 and --pool-gpus >= --gpus-per-replica")
+    scn = Scenario(
+        trace=a.trace,
+        days=a.days,
+        start_day=a.start_day,
+        pool_gpus=a.pool_gpus,
+        gpus_per_replica=a.gpus_per_replica,
+        model=a.model,
+        seed=a.seed,
+        slo_ttft_s=a.slo,
+        reserve_gpus=a.reserve_gpus,
+    )
+    out = a.out or Path("bench/results") / f"{a.trace}-{a.days:g}d-{a.pool_gpus}gpu"
+    command = "python -m bench.simulate " + shlex.join(argv if argv is not None else sys.argv[1:])
+    t0 = time.monotonic()
+    policies = tuple(x for x in a.policies.split(",") if x)
+    try:
+        run = run_scenario(scn, policies, progress=Bar(), jobs=a.jobs)
+    except (ValueError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    data = write(run, out, command.strip(), machine())
+    print((out / "report.md").read_text())
+    print(f"wrote {out}/report.md, results.json, pool.png in {time.monotonic() - t0:.0f} s")
+    del data
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
