@@ -18,21 +18,30 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
 from scaler import config as cfgmod
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
 from scaler.metrics import ScalerMetrics
 from tests.conftest import REPO, SHARED
@@ -1078,3 +1087,184 @@ def test_readme_documents_every_pool_config_key() -> None:
             if not (nested or optional_model) and f"{prefix}.{name}" not in documented:
                 missing.append(f"{prefix}.{name}")
     assert not missing, f"pool-config keys without a README row: {missing}"
+
+
+# ---------------------------------------------------------------- the real scaler ----
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KubeletConfigDir:
+    """A ConfigMap volume laid out as kubelet's atomic writer does: `config.yaml` is a
+    symlink through `..data`, and an update swaps `..data` to a new timestamped dir."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.generation = 0
+        root.mkdir(parents=True)
+
+    def write(self, files: dict[str, str]) -> None:
+        self.generation += 1
+        new = self.root / f"..2026_01_01_00_00_{self.generation:02d}.000000001"
+        new.mkdir()
+        for name, text in files.items():
+            (new / name).write_text(text, encoding="utf-8")
+            link = self.root / name
+            if not link.is_symlink():
+                link.symlink_to(Path("..data") / name)
+        tmp = self.root / "..data_tmp"
+        tmp.symlink_to(new.name)
+        tmp.replace(self.root / "..data")  # rename(2): atomic, like kubelet
+
+
+def _http_get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def _wait(
+    pred: Any, what: str | Callable[[], str], proc: subprocess.Popen[str], within: float = 30.0
+) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"scaler exited ({proc.returncode}) while waiting for {what}")
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what() if callable(what) else what}")
+
+
+def _metric(port: int, name: str) -> float | None:
+    status, body = _http_get(port, "/metrics")
+    m = re.search(rf"^{re.escape(name)} (\S+)$", body, re.M) if status == 200 else None
+    return float(m.group(1)) if m else None
+
+
+def _answers(
+    stub: pb_grpc.ExternalScalerStub,
+    ref: pb.ScaledObjectRef,
+    want: int,
+    proc: subprocess.Popen[str],
+) -> None:
+    """KEDA's sequence (GetMetricSpec, then GetMetrics) until the value is `want`. An RPC
+    error (e.g. INVALID_ARGUMENT for metadata the scaler does not accept) fails at once."""
+    last: list[int] = []
+
+    def value() -> bool:
+        (spec,) = stub.GetMetricSpec(ref, timeout=2).metricSpecs
+        assert spec.targetSize == 1
+        resp = stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=ref, metricName=spec.metricName), timeout=2
+        )
+        last.append(resp.metricValues[0].metricValue)
+        return last[-1] == want
+
+    _wait(value, lambda: f"{ref.name} to answer {want}, last answers {last[-5:]}", proc)
+
+
+def test_rendered_deployment_runs_the_real_scaler(
+    helm: Helm, tmp_path: Path, exposition_server: Any
+) -> None:
+    """Run the scaler exactly as the rendered Deployment does (args, config volume layout),
+    probe it as the rendered probes do, ask it what the rendered KEDA triggers ask, and
+    reload it the way a `helm upgrade` + kubelet sync does."""
+    target = exposition_server(
+        (SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics_idle.txt").read_text()
+    )
+    grpc_port, metrics_port = _free_port(), _free_port()
+    values = _merge(
+        MINIMAL,
+        {
+            "server": {"grpcPort": grpc_port, "metricsPort": metrics_port},
+            "scrape": {"intervalSeconds": 0.5, "timeoutSeconds": 0.5, "staleAfterSeconds": 5},
+            "inference": [{**MINIMAL["inference"][0], "targets": {"static": [target.address]}}],
+            "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 8, "scaledJob": JOB}],
+        },
+    )
+    vfile = tmp_path / "values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    docs = helm.render(vfile)
+    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    cm = one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
+
+    # The volume at a temp dir instead of the mountPath; everything else as rendered.
+    volume = KubeletConfigDir(tmp_path / "volume")
+    volume.write(cm["data"])
+    args = [a.replace(mount["mountPath"], str(volume.root)) for a in container["args"]]
+    assert args == ["serve", "--config", str(volume.root / "config.yaml")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scaler", *args, "--log-format", "text"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "POD_NAME": "scaler-0", "POD_NAMESPACE": NAMESPACE},
+    )
+    try:
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        channel = grpc.insecure_channel(f"127.0.0.1:{ports['grpc']}")
+        health = health_pb2_grpc.HealthStub(channel)
+        for probe in ("startupProbe", "readinessProbe"):
+            spec = container[probe]["grpc"]
+            assert spec["port"] == grpc_port
+
+            def serving(service: str = spec["service"]) -> bool:
+                try:
+                    req = health_pb2.HealthCheckRequest(service=service)
+                    resp = health.Check(req, timeout=2)
+                except grpc.RpcError:
+                    return False
+                return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
+            _wait(serving, f"{probe} SERVING", proc)
+        live = container["livenessProbe"]["httpGet"]
+        assert _http_get(ports[live["port"]], live["path"])[0] == 200
+
+        # Every rendered trigger is answered: ScaledObject → desired replicas (idle: min),
+        # ScaledJob → total research slots (64 GPUs − 1 replica × 4, capped by maxJobs).
+        stub = pb_grpc.ExternalScalerStub(channel)
+        expected = {"ScaledObject": 1, "ScaledJob": 8}
+        for d in docs:
+            if d["kind"] not in expected:
+                continue
+            (trigger,) = d["spec"]["triggers"]
+            ref = pb.ScaledObjectRef(
+                name=d["metadata"]["name"],
+                namespace=d["metadata"]["namespace"],
+                scalerMetadata=trigger["metadata"],
+            )
+
+            _answers(stub, ref, expected[d["kind"]], proc)
+
+        # helm upgrade with a new threshold → kubelet swaps the volume → scaler reloads.
+        assert _metric(metrics_port, "gpu_pool_scaler_config_generation") == 1.0
+        values["inference"][0]["thresholds"] = {"waitingPerReplica": 2}
+        vfile.write_text(yaml.safe_dump(values))
+        new_cm = one(helm.render(vfile), "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
+        assert new_cm["data"] != cm["data"]
+        volume.write(new_cm["data"])
+        _wait(
+            lambda: _metric(metrics_port, "gpu_pool_scaler_config_generation") == 2.0,
+            "config reload",
+            proc,
+        )
+        channel.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+    assert proc.returncode == 0, out
