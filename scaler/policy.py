@@ -55,6 +55,7 @@ class PolicyState:
     low_since: float | None = None  # since when every recommendation is below `desired`
     lowered_at: float | None = None  # last scale-down step (step rate limit)
     window: tuple[tuple[float, int], ...] = ()  # (time, recommendation) in the stabilization window
+    batch_per_replica: float | None = None  # learned requests a saturated replica runs at once
 
 
 def _ceil(x: float) -> int:
@@ -71,22 +72,58 @@ def _num(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".") if v != int(v) else f"{v:.0f}"
 
 
-def queue_replicas(waiting: float, replicas: int, threshold: float) -> int:
+def queue_replicas(
+    waiting: float,
+    replicas: int,
+    threshold: float,
+    *,
+    running: float = 0.0,
+    batch: float | None = None,
+) -> int:
     """Replicas the queue signal asks for, `replicas` counting serving and starting ones.
 
-    Above `threshold` waiting per replica: ceil(waiting / threshold) (HPA: replicas x
-    observed / target). Between QUEUE_SCALE_DOWN_FRACTION x threshold and threshold: hold.
-    Below: ceil(waiting / (fraction x threshold)), so an empty queue asks for 0 and leaves
-    the floor to the other signals and minReplicas. Non-decreasing in `waiting`.
+    Three zones of waiting per replica: above `threshold` the service is short; between
+    QUEUE_SCALE_DOWN_FRACTION x threshold and threshold it holds; below, it may shrink.
+
+    `batch` is the number of requests a saturated replica runs at once, learned from earlier
+    cycles with a real queue (None until then). With it, the queue signal sizes the service
+    for all requests in it: ceil((waiting + running) / (batch + threshold)), i.e. every
+    replica runs a full batch and holds at most `threshold` waiting. Without it, it falls
+    back to HPA's ceil(waiting / threshold), which overshoots: a queue formed when one
+    replica too few serves is "one replica's batch", not "batch / threshold replicas".
+    Non-decreasing in `waiting` and in `running`.
     """
+    breach = waiting > replicas * threshold
+    hold = waiting >= QUEUE_SCALE_DOWN_FRACTION * threshold * replicas
+    if batch is not None and batch > 0:
+        demand = _ceil((waiting + running) / (batch + threshold))
+        if breach:  # never below the hold level: the next cycle re-learns a stale batch
+            return max(replicas, demand)
+        return replicas if hold else min(replicas, demand)
     up = _ceil(waiting / threshold)
     if up > replicas:
         return up
     return min(replicas, _ceil(waiting / (QUEUE_SCALE_DOWN_FRACTION * threshold)))
 
 
+def learn_batch(svc: InferenceService, load: ServiceLoad, prev: float | None) -> float | None:
+    """Requests per replica when saturated: running per ready replica while a real queue
+    (at least QUEUE_SCALE_DOWN_FRACTION x threshold per ready replica) shows the batch is
+    full. Otherwise the previous value: an unsaturated replica only gives a lower bound."""
+    th = svc.thresholds.waitingPerReplica
+    if th <= 0 or load.ready <= 0 or load.running <= 0:
+        return prev
+    if load.waiting >= QUEUE_SCALE_DOWN_FRACTION * th * load.ready:
+        return load.running / load.ready
+    return prev
+
+
 def signal_verdicts(
-    svc: InferenceService, load: ServiceLoad, *, waiting_cap: float | None = None
+    svc: InferenceService,
+    load: ServiceLoad,
+    *,
+    waiting_cap: float | None = None,
+    batch: float | None = None,
 ) -> tuple[SignalVerdict, ...]:
     """Each enabled signal's reading and the replica count it alone asks for.
 
@@ -94,7 +131,7 @@ def signal_verdicts(
     formula is proportional to a total (replicas x total/replicas / target), so replicas
     that are starting never inflate a recommendation: the same load asks for the same count
     however many replicas are on the way. `waiting_cap` bounds the queue backlog counted
-    (cold start, see decide).
+    (cold start, see decide); `batch` is the learned saturated batch (see queue_replicas).
     """
     th = svc.thresholds
     ready = load.ready
@@ -107,7 +144,11 @@ def signal_verdicts(
             note = f"cold start: backlog counted as {_num(waiting_cap)} of {_num(waiting)}"
             waiting = waiting_cap
         per = waiting / on_the_way if on_the_way else 0.0
-        replicas = queue_replicas(waiting, on_the_way, th.waitingPerReplica)
+        replicas = queue_replicas(
+            waiting, on_the_way, th.waitingPerReplica, running=load.running, batch=batch
+        )
+        if batch is not None:
+            note = (note + "; " if note else "") + f"batch {_num(batch)}/replica"
         out.append(SignalVerdict("queue", per, th.waitingPerReplica, replicas, note=note))
     if th.kvCacheUsage > 0:
         kv = load.kv_usage_max if th.kvCacheAggregation == "max" else load.kv_usage_mean
@@ -194,7 +235,8 @@ def decide(
         return _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
 
     cold = _cold_start_cap(svc, load, prev, now)
-    verdicts = signal_verdicts(svc, load, waiting_cap=cold)
+    batch = prev.batch_per_replica if prev is not None else None
+    verdicts = signal_verdicts(svc, load, waiting_cap=cold, batch=batch)
     readings = [v for v in verdicts if not v.abstain]
     if not readings:
         why = "; ".join(f"{v.signal}: {v.note}" for v in verdicts) or "no signal enabled"
@@ -272,6 +314,7 @@ def decide(
         low_since=low_since,
         lowered_at=lowered_at,
         window=window,
+        batch_per_replica=learn_batch(svc, load, batch),
     )
     decision = ServiceDecision(
         name=svc.name,
@@ -353,6 +396,7 @@ def _hold(
         low_since=None,
         lowered_at=prev.lowered_at if prev else None,
         window=window,
+        batch_per_replica=prev.batch_per_replica if prev else None,
     )
     decision = ServiceDecision(
         name=svc.name,

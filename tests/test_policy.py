@@ -17,6 +17,7 @@ from scaler.policy import (
     format_decision,
     hpa_replicas,
     hpa_tolerance_note,
+    learn_batch,
     max_tolerance_for_single_steps,
     queue_replicas,
     signal_verdicts,
@@ -117,6 +118,68 @@ def by_signal(d: ServiceDecision) -> dict[str, SignalVerdict]:
 )
 def test_queue_replicas(waiting: float, replicas: int, threshold: float, expected: int) -> None:
     assert queue_replicas(waiting, replicas, threshold) == expected
+
+
+@pytest.mark.parametrize(
+    ("waiting", "running", "replicas", "batch", "expected"),
+    [
+        pytest.param(140, 2560, 10, 256, 11, id="one-replica-short-asks-one-more-not-28"),
+        pytest.param(0, 2700, 28, 256, 11, id="no-queue-sizes-down-to-demand"),
+        pytest.param(0, 0, 8, 32, 0, id="idle-asks-nothing"),
+        pytest.param(12, 288, 9, 32, 9, id="inside-band-holds"),
+        pytest.param(44, 256, 8, 32, 9, id="just-short-adds-one"),
+        pytest.param(60, 10, 4, 500, 4, id="stale-large-batch-never-below-hold-on-breach"),
+    ],
+)
+def test_queue_replicas_with_learned_batch(
+    waiting: float, running: float, replicas: int, batch: float, expected: int
+) -> None:
+    got = queue_replicas(waiting, replicas, 5, running=running, batch=batch)
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("load_kw", "prev", "expected"),
+    [
+        pytest.param({"ready": 8, "waiting": 44.0, "running": 256.0}, None, 32.0, id="queue"),
+        pytest.param({"ready": 8, "waiting": 4.0, "running": 100.0}, 32.0, 32.0, id="blip-keeps"),
+        pytest.param({"ready": 8, "waiting": 0.0, "running": 40.0}, None, None, id="idle-none"),
+        pytest.param({"ready": 0, "waiting": 50.0, "running": 0.0}, 7.0, 7.0, id="no-ready"),
+    ],
+)
+def test_learn_batch_only_from_a_real_queue(
+    load_kw: dict[str, Any], prev: float | None, expected: float | None
+) -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 5})
+    assert learn_batch(svc, make_load(**load_kw), prev) == expected
+
+
+def saturating(ready: int, starting: int, demand: float, batch: int) -> ServiceLoad:
+    """vLLM-like replicas: each runs at most `batch` requests; the rest of `demand` waits."""
+    running = min(demand, ready * batch)
+    return make_load(
+        ready=ready, starting=starting, waiting=demand - running, running=running,
+        kv_usage_mean=0.0, kv_usage_max=0.0,
+    )  # fmt: skip
+
+
+def test_queue_only_service_under_saturating_load_settles_at_the_fewest_replicas() -> None:
+    # 300 requests, 32 per replica: 9 replicas leave 12 waiting (1.3 each, under 5);
+    # 8 leave 44 (5.5 each). HPA's ceil(waiting / 5) flips between 8 and 9 for ever
+    # (9 looks idle enough to drop to ceil(12 / 2.5) = 5; at 8 the queue asks 9 again).
+    svc = make_svc(thresholds={"waitingPerReplica": 5}, maxReplicas=32)
+    st = None
+    pods = 14
+    seen = []
+    for i in range(1200):
+        d, st = decide(svc, saturating(pods, 0, 300.0, 32), st, i * 5.0)
+        assert d.desired is not None
+        pods = d.desired
+        seen.append(pods)
+    assert seen[-1] == 9
+    changes = [t for t in range(1, len(seen)) if seen[t] != seen[t - 1]]
+    assert changes[-1] * 5.0 < 3000, "still changing after 50 minutes"
+    assert seen[changes[-1] :] == [9] * (len(seen) - changes[-1])
 
 
 @pytest.mark.parametrize(
@@ -433,13 +496,14 @@ def test_growing_backlog_during_cold_start_is_not_a_new_surge() -> None:
     ds, _ = run(
         svc,
         [
-            (0, make_load(ready=2, waiting=30.0)),  # raise to 6
+            (0, make_load(ready=2, waiting=30.0)),  # raise to ceil(30/5) = 6; batch 8/2 = 4
             (60, make_load(ready=2, starting=4, waiting=60.0)),  # backlog grows while loading
             (170, make_load(ready=2, starting=4, waiting=100.0)),
             (185, make_load(ready=2, starting=4, waiting=100.0)),  # cold start over: counts
         ],
     )
-    assert [d.desired for d in ds] == [6, 6, 6, 20]
+    # After the cold start: all 108 requests at 4 running + 5 waiting per replica -> 12.
+    assert [d.desired for d in ds] == [6, 6, 6, 12]
     q = by_signal(ds[2])["queue"]
     assert q.replicas == 6 and "cold start" in q.note
 
@@ -449,11 +513,11 @@ def test_backlog_counts_again_once_the_new_replicas_serve() -> None:
     ds, _ = run(
         svc,
         [
-            (0, make_load(ready=2, waiting=30.0)),  # raise to 6
-            (90, make_load(ready=6, waiting=90.0)),  # all 6 serve, queue still grows
+            (0, make_load(ready=2, running=8.0, waiting=30.0)),  # raise to 6; batch 4
+            (90, make_load(ready=6, running=24.0, waiting=90.0)),  # all 6 serve, queue grows
         ],
     )
-    assert [d.desired for d in ds] == [6, 18]
+    assert [d.desired for d in ds] == [6, 13]  # ceil((90 + 24) / (4 + 5))
 
 
 def test_kv_saturation_on_ready_replicas_does_not_compound_while_starting() -> None:

@@ -251,3 +251,84 @@ def test_constant_load_settles_without_oscillation(
     assert all(m > 0 for m in moves) or all(m < 0 for m in moves), f"oscillates: {moves}"
     tail = values[-100:]
     assert len(set(tail)) <= 1, f"not settled: {tail}"
+
+
+@PROFILE
+@given(
+    svc=services(),
+    demand=st.floats(0, 3000),  # requests in the service (running + waiting), constant
+    batch=st.integers(1, 256),  # requests one replica runs at once (max-num-seqs or KV bound)
+    kv_per_request=st.floats(0.001, 0.2),
+    tokens_per_request=st.none() | st.floats(1, 50),  # tok/s per running request
+    initial=st.integers(0, 20),
+    model_load_s=st.sampled_from([0, 5, 60, 240]),
+)
+def test_saturating_replicas_under_constant_demand_settle(
+    svc: InferenceService,
+    demand: float,
+    batch: int,
+    kv_per_request: float,
+    tokens_per_request: float | None,
+    initial: int,
+    model_load_s: float,
+) -> None:
+    """A vLLM-like model: each ready replica runs min(batch, 1 / kv_per_request) requests,
+    the rest of the constant demand waits. The queue is not proportional to 1/replicas here
+    (it appears all at once when one replica too few serves), the case where HPA's
+    ceil(waiting / target) flaps. Before the batch size is learned (from the first real
+    queue), that first queue may overshoot once; from then on the target moves one way only
+    and settles."""
+    dt = 5.0
+    pods = [0.0] * initial
+    sd = svc.scaleDown
+    horizon = 2 * (sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt))
+    horizon += 8 * (model_load_s + dt) + 900
+    per_replica = min(float(batch), 1.0 / kv_per_request)
+    state: PolicyState | None = None
+    seen: list[int | None] = []
+    learned_at: int | None = None
+    for i in range(int(horizon / dt)):
+        now = i * dt
+        ready = sum(1 for p in pods if p <= now)
+        running = min(demand, ready * per_replica)
+        kv = running / ready * kv_per_request if ready else 0.0
+        load = ServiceLoad(
+            name="svc",
+            ready=ready,
+            starting=len(pods) - ready,
+            unhealthy=0,
+            waiting=demand - running if ready else 0.0,
+            running=running,
+            kv_usage_mean=kv,
+            kv_usage_max=kv,
+            tokens_per_s=None
+            if tokens_per_request is None or not ready
+            else running * tokens_per_request,
+            complete=True,
+        )
+        d, state = decide(svc, load, state, now)
+        seen.append(d.desired)
+        if learned_at is None and state.batch_per_replica is not None:
+            learned_at = i
+        target = len(pods) if d.desired is None else d.desired
+        if target > len(pods):
+            pods += [now + model_load_s] * (target - len(pods))
+        elif target < len(pods):
+            pods = sorted(pods)[:target]
+
+    def moves(xs: list[int | None]) -> list[int]:
+        values = [x for x in xs if x is not None]
+        return [b - a for a, b in itertools.pairwise(values) if b != a]
+
+    def reversals(ms: list[int]) -> int:
+        return sum(1 for a, b in itertools.pairwise(ms) if (a > 0) != (b > 0))
+
+    assert reversals(moves(seen)) <= 2, f"flaps: {moves(seen)}"
+    if learned_at is not None:
+        after = moves(seen[learned_at + 1 :])
+        assert reversals(after) == 0, f"flaps after learning the batch: {after}"
+    else:
+        assert reversals(moves(seen)) == 0, f"flaps: {moves(seen)}"
+    values = [x for x in seen if x is not None]
+    tail = values[-100:]
+    assert len(set(tail)) <= 1, f"not settled: {tail}"
