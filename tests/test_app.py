@@ -271,3 +271,21 @@ def test_sigterm_drains_and_exits_0(
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, "".join(lines) + out
     assert "draining" in out and "stopped cleanly" in out
+
+
+def test_explain_prints_each_decision_and_the_pool_split(
+    tmp_path: Path, exposition_server: Callable[[str], ExpositionServer]
+) -> None:
+    target = exposition_server(vllm_exposition(waiting=40, running=8, kv=0.5))
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    out = subprocess.run(
+        [sys.executable, "-m", "scaler", "explain", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "serving/chat: desired 8 [queue], now 1 (ready 1, starting 0), fresh" in out
+    assert re.search(r"queue\s+40\s+5\s+8", out), out  # value, target, replicas asked
+    assert "capacity 64 = inference 32 + reserve 4 + foreign 0 + headroom 28" in out
+    assert re.search(r"research eval: 28 slot\(s\) × 1 GPU", out), out
