@@ -89,6 +89,12 @@ def allocate(classes: list[ResearchClass], budget: int) -> dict[str, int]:
     order = {c.name: i for i, c in enumerate(classes)}
     for prio in sorted({c.priority for c in classes}, reverse=True):
         level = [c for c in classes if c.priority == prio]
+        demand = sum(c.maxJobs * c.gpusPerJob for c in level)
+        if demand <= budget:  # everyone fits up to maxJobs: what the loop would reach
+            for c in level:
+                slots[c.name] = c.maxJobs
+            budget -= demand
+            continue
         # (GPUs given / weight, -gpusPerJob, config index, class)
         heap = [(0.0, -c.gpusPerJob, order[c.name], c) for c in level if c.maxJobs > 0]
         heapq.heapify(heap)
