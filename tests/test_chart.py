@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import os
 import re
@@ -27,6 +28,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,11 @@ import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
+from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
@@ -60,6 +67,7 @@ NOT_CORE = KEDA_KINDS | {"ServiceMonitor"}  # no Kubernetes schema for these
 CONFIG_PATH = "/etc/gpu-pool-scaler/config.yaml"
 SERVE_ARGS = ["serve", "--config", CONFIG_PATH]
 READ_VERBS = {"get", "list", "watch"}
+HEALTH_SERVICE = "externalscaler.ExternalScaler"  # grpc.health.v1 name of the KEDA service
 
 
 # ---------------------------------------------------------------- helm plumbing ----
@@ -1131,6 +1139,10 @@ def _http_get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
+def _http_ok(port: int, path: str) -> bool:
+    return _http_get(port, path)[0] == 200
+
+
 def _wait(
     pred: Any, what: str | Callable[[], str], proc: subprocess.Popen[str], within: float = 30.0
 ) -> Any:
@@ -1173,12 +1185,62 @@ def _answers(
     _wait(value, lambda: f"{ref.name} to answer {want}, last answers {last[-5:]}", proc)
 
 
+def _pki(server_host: str) -> dict[str, dict[str, bytes]]:
+    """The two Secrets a TLS install references: the scaler's (server cert for the host
+    KEDA dials + the CA that signs KEDA's client cert) and KEDA's (CA + client cert)."""
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(
+        cn: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[Any, Any] | None, **kw: Any
+    ) -> x509.Certificate:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        sign_key, issuer_name = issuer if issuer else (key, name)
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), True)
+        )
+        if "san" in kw:
+            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(kw["san"])]), False)
+        if "eku" in kw:
+            b = b.add_extension(x509.ExtendedKeyUsage([kw["eku"]]), False)
+        return b.sign(sign_key, hashes.SHA256())
+
+    def pem(c: x509.Certificate) -> bytes:
+        return c.public_bytes(serialization.Encoding.PEM)
+
+    def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
+        return k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+
+    ca_key, srv_key, cli_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = cert("pool-ca", ca_key, None)
+    issuer = (ca_key, ca.subject)
+    srv = cert("gpu-pool-scaler", srv_key, issuer, san=server_host, eku=EKU.SERVER_AUTH)
+    cli = cert("keda-operator", cli_key, issuer, eku=EKU.CLIENT_AUTH)
+    return {
+        "scaler": {"tls.crt": pem(srv), "tls.key": key_pem(srv_key), "ca.crt": pem(ca)},
+        "keda": {"ca.crt": pem(ca), "tls.crt": pem(cli), "tls.key": key_pem(cli_key)},
+    }
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mtls"])
 def test_rendered_deployment_runs_the_real_scaler(
-    helm: Helm, tmp_path: Path, exposition_server: Any
+    helm: Helm, tmp_path: Path, exposition_server: Any, tls: bool
 ) -> None:
-    """Run the scaler exactly as the rendered Deployment does (args, config volume layout),
-    probe it as the rendered probes do, ask it what the rendered KEDA triggers ask, and
-    reload it the way a `helm upgrade` + kubelet sync does."""
+    """Run the scaler exactly as the rendered Deployment does (args, volumes laid out as
+    kubelet does), probe it as the rendered probes do, ask it what every rendered KEDA
+    trigger asks (over mTLS with the TriggerAuthentication's material, verifying the
+    certificate against the scalerAddress host), and reload it the way a `helm upgrade`
+    and a kubelet sync do."""
     target = exposition_server(
         (SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics_idle.txt").read_text()
     )
@@ -1192,18 +1254,40 @@ def test_rendered_deployment_runs_the_real_scaler(
             "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 8, "scaledJob": JOB}],
         },
     )
+    if tls:
+        values["server"]["tls"] = {"enabled": True, "secretName": "scaler-tls", "clientAuth": True}
+        values["keda"] = {"auth": {"enabled": True, "secretName": "keda-client"}}
     vfile = tmp_path / "values.yaml"
     vfile.write_text(yaml.safe_dump(values))
     docs = helm.render(vfile)
-    (container,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
     cm = one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
+    keda_objects = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
+    host = keda_objects[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"].rpartition(":")[0]
+    secrets = _pki(host) if tls else {}
 
-    # The volume at a temp dir instead of the mountPath; everything else as rendered.
-    volume = KubeletConfigDir(tmp_path / "volume")
-    volume.write(cm["data"])
-    args = [a.replace(mount["mountPath"], str(volume.root)) for a in container["args"]]
-    assert args == ["serve", "--config", str(volume.root / "config.yaml")]
+    # Each volume at a temp dir instead of its mountPath; everything else as rendered.
+    mounts = {
+        m["name"]: m["mountPath"]
+        for m in container["volumeMounts"]
+        if m["name"] in {"config", "tls"}
+    }
+    local = {name: tmp_path / "volumes" / name for name in mounts}
+
+    def localize(text: str) -> str:
+        for name, path in mounts.items():
+            text = text.replace(path, str(local[name]))
+        return text
+
+    config_volume = KubeletConfigDir(local["config"])
+    config_volume.write({k: localize(v) for k, v in cm["data"].items()})
+    if tls:
+        (vol,) = [v for v in pod["volumes"] if v["name"] == "tls"]
+        secret = {"scaler-tls": secrets["scaler"]}[vol["secret"]["secretName"]]
+        KubeletConfigDir(local["tls"]).write({k: v.decode() for k, v in secret.items()})
+    args = [localize(a) for a in container["args"]]
+    assert args == ["serve", "--config", str(local["config"] / "config.yaml")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "scaler", *args, "--log-format", "text"],
         stdout=subprocess.PIPE,
@@ -1213,39 +1297,69 @@ def test_rendered_deployment_runs_the_real_scaler(
     )
     try:
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-        channel = grpc.insecure_channel(f"127.0.0.1:{ports['grpc']}")
+        address = f"127.0.0.1:{ports['grpc']}"
+        if tls:
+            # What KEDA builds from the TriggerAuthentication: secretTargetRef → PEM.
+            ta = one(docs, "TriggerAuthentication")
+            params = {
+                r["parameter"]: {"keda-client": secrets["keda"]}[r["name"]][r["key"]]
+                for r in ta["spec"]["secretTargetRef"]
+            }
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=params["caCert"],
+                private_key=params["tlsClientKey"],
+                certificate_chain=params["tlsClientCert"],
+            )
+            # Dial loopback, verify the name KEDA dials (the cert has no 127.0.0.1 SAN).
+            opts = [("grpc.ssl_target_name_override", host)]
+            channel = grpc.secure_channel(address, creds, options=opts)
+        else:
+            channel = grpc.insecure_channel(address)
         health = health_pb2_grpc.HealthStub(channel)
+
+        def serving() -> bool:
+            try:
+                req = health_pb2.HealthCheckRequest(service=HEALTH_SERVICE)
+                resp = health.Check(req, timeout=2)
+            except grpc.RpcError:
+                return False
+            return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
+
         for probe in ("startupProbe", "readinessProbe"):
-            spec = container[probe]["grpc"]
-            assert spec["port"] == grpc_port
-
-            def serving(service: str = spec["service"]) -> bool:
-                try:
-                    req = health_pb2.HealthCheckRequest(service=service)
-                    resp = health.Check(req, timeout=2)
-                except grpc.RpcError:
-                    return False
-                return bool(resp.status == health_pb2.HealthCheckResponse.SERVING)
-
-            _wait(serving, f"{probe} SERVING", proc)
+            spec = container[probe]
+            if "grpc" in spec:
+                assert spec["grpc"] == {"port": grpc_port, "service": HEALTH_SERVICE}
+                _wait(serving, f"{probe} (gRPC health) SERVING", proc)
+            else:  # TLS: kubelet probes HTTP /readyz instead
+                url = (ports[spec["httpGet"]["port"]], spec["httpGet"]["path"])
+                _wait(partial(_http_ok, *url), f"{probe} {url} 200", proc)
         live = container["livenessProbe"]["httpGet"]
         assert _http_get(ports[live["port"]], live["path"])[0] == 200
+        assert serving()  # the KEDA-side channel itself works (TLS: handshake + name)
 
         # Every rendered trigger is answered: ScaledObject → desired replicas (idle: min),
         # ScaledJob → total research slots (64 GPUs − 1 replica × 4, capped by maxJobs).
         stub = pb_grpc.ExternalScalerStub(channel)
         expected = {"ScaledObject": 1, "ScaledJob": 8}
-        for d in docs:
-            if d["kind"] not in expected:
-                continue
+        for d in keda_objects:
             (trigger,) = d["spec"]["triggers"]
             ref = pb.ScaledObjectRef(
                 name=d["metadata"]["name"],
                 namespace=d["metadata"]["namespace"],
                 scalerMetadata=trigger["metadata"],
             )
-
             _answers(stub, ref, expected[d["kind"]], proc)
+
+        if tls:  # mTLS is enforced: no client certificate, no answer
+            anon = grpc.secure_channel(
+                address,
+                grpc.ssl_channel_credentials(root_certificates=params["caCert"]),
+                options=opts,
+            )
+            with pytest.raises(grpc.RpcError) as err:
+                health_pb2_grpc.HealthStub(anon).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            anon.close()
 
         # helm upgrade with a new threshold → kubelet swaps the volume → scaler reloads.
         assert _metric(metrics_port, "gpu_pool_scaler_config_generation") == 1.0
@@ -1253,7 +1367,7 @@ def test_rendered_deployment_runs_the_real_scaler(
         vfile.write_text(yaml.safe_dump(values))
         new_cm = one(helm.render(vfile), "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
         assert new_cm["data"] != cm["data"]
-        volume.write(new_cm["data"])
+        config_volume.write({k: localize(v) for k, v in new_cm["data"].items()})
         _wait(
             lambda: _metric(metrics_port, "gpu_pool_scaler_config_generation") == 2.0,
             "config reload",
