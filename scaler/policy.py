@@ -233,6 +233,9 @@ def decide(
     scaled_to_zero = load.complete and load.current == 0
     if not (load.usable or scaled_to_zero):
         return _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
+    bad = _garbage(load)
+    if bad:  # NaN / Inf / negative: a parsing or rate bug upstream, never a reason to shrink
+        return _hold(svc, load, prev, now, "stale", f"unusable value(s) in load: {bad}", ())
 
     cold = _cold_start_cap(svc, load, prev, now)
     batch = prev.batch_per_replica if prev is not None else None
@@ -357,6 +360,17 @@ def _window(
 ) -> tuple[tuple[float, int], ...]:
     kept = tuple(e for e in (prev.window if prev else ()) if now - seconds <= e[0] <= now)
     return (*kept, (now, rec))
+
+
+def _garbage(load: ServiceLoad) -> str:
+    values = {
+        "waiting": load.waiting,
+        "running": load.running,
+        "kv_usage_mean": load.kv_usage_mean,
+        "kv_usage_max": load.kv_usage_max,
+        "tokens_per_s": 0.0 if load.tokens_per_s is None else load.tokens_per_s,
+    }
+    return ", ".join(f"{k}={v}" for k, v in values.items() if not (math.isfinite(v) and v >= 0))
 
 
 def _why_unusable(load: ServiceLoad) -> str:

@@ -570,6 +570,32 @@ def test_stale_data_holds_and_never_lowers(
     assert d.decided_by == "stale" and d.recommended is None
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param({"kv_usage_mean": float("nan")}, id="nan-kv"),
+        pytest.param({"waiting": float("inf")}, id="inf-waiting"),
+        pytest.param({"tokens_per_s": -5.0}, id="negative-rate"),
+        pytest.param({"running": float("-inf")}, id="minus-inf-running"),
+    ],
+)
+def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float]) -> None:
+    svc = make_svc(
+        thresholds={
+            "waitingPerReplica": 5,
+            "kvCacheUsage": 0.8,
+            "runningPerReplica": 4,
+            "tokensPerSecondPerReplica": 1000,
+        }
+    )
+    st = settled_at(svc, 6)
+    d, _ = decide(svc, make_load(ready=6, **bad), st, 5.0)
+    assert (d.desired, d.fresh, d.decided_by) == (6, False, "stale")
+    assert next(iter(bad)) in d.reason
+    first, _ = decide(svc, make_load(ready=6, **bad), None, 5.0)
+    assert first.desired is None
+
+
 def test_stale_reason_without_aggregator_reason() -> None:
     d, _ = decide(make_svc(), make_load(ready=0, complete=True, starting=1), None, 0.0)
     assert d.desired is None and "no ready replica" in d.reason
