@@ -1,0 +1,154 @@
+"""One simulated vLLM replica's /metrics over real HTTP on loopback.
+
+The body is rendered by prometheus_client (which vLLM itself uses), from a callback that
+returns the replica's current `EngineSample`, with vLLM's family names and labels
+(`engine`, `model_name`): the scaler scrapes it exactly as it scrapes a real pod. The
+server is a minimal HTTP/1.1 handler on `asyncio.start_server` (keep-alive, GET only):
+dozens of replicas cost one listening socket each and no thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scaler.load import EngineSample
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+class EngineCollector(Collector):
+    """vLLM's engine families for one engine (rank 0), read from `sample()` at scrape time."""
+
+    def __init__(
+        self, sample: Callable[[], EngineSample], model_name: str, started_at: float
+    ) -> None:
+        self._sample = sample
+        self._model = model_name
+        self._started_at = started_at  # unix time: counters restart with the process
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._sample()
+        labels = ["engine", "model_name"]
+        values = ["0", self._model]
+        start = GaugeMetricFamily(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+        )
+        start.add_metric([], self._started_at)
+        yield start
+        for name, doc, value in (
+            (
+                "vllm:num_requests_running",
+                "Number of requests in model execution batches.",
+                s.running,
+            ),
+            ("vllm:num_requests_waiting", "Number of requests waiting to be processed.", s.waiting),
+            (
+                "vllm:kv_cache_usage_perc",
+                "KV-cache usage. 1 means 100 percent usage.",
+                s.kv_usage_mean,
+            ),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=labels)
+            g.add_metric(values, value)
+            yield g
+        for name, doc, total in (
+            (
+                "vllm:num_preemptions",
+                "Cumulative number of preemption from the engine.",
+                s.preemptions_total,
+            ),
+            ("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens_total),
+            (
+                "vllm:generation_tokens",
+                "Number of generation tokens processed.",
+                s.generation_tokens_total,
+            ),
+        ):
+            c = CounterMetricFamily(name, doc, labels=labels)
+            c.add_metric(values, total or 0.0, created=self._started_at)
+            yield c
+
+
+class EngineServer:
+    """Serves GET /metrics for one replica; anything else gets 404."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        # Bind now (the port is known synchronously), serve once `start` runs.
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port: int = self._sock.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+        self.requests = 0
+
+    @classmethod
+    def for_engine(
+        cls, sample: Callable[[], EngineSample], model_name: str, started_at: float
+    ) -> EngineServer:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(EngineCollector(sample, model_name, started_at))
+        return cls(registry)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, sock=self._sock)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for w in list(self._conns):
+                w.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        else:
+            self._sock.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._conns.add(writer)
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                request_line, *header_lines = head.decode("latin-1").split("\r\n")
+                parts = request_line.split(" ")
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, _, v in (h.partition(":") for h in header_lines if h)
+                }
+                close = headers.get("connection", "").lower() == "close"
+                if len(parts) == 3 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
+                    self.requests += 1
+                    status, ctype, body = b"200 OK", CONTENT_TYPE, generate_latest(self._registry)
+                else:
+                    status, ctype, body = b"404 Not Found", b"text/plain", b"not found\n"
+                writer.write(
+                    b"HTTP/1.1 "
+                    + status
+                    + b"\r\nContent-Type: "
+                    + ctype
+                    + b"\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + (b"\r\nConnection: close" if close else b"")
+                    + b"\r\n\r\n"
+                    + body
+                )
+                await writer.drain()
+                if close:
+                    return
+        except ConnectionError:
+            return
+        finally:
+            self._conns.discard(writer)
+            writer.close()

@@ -1,0 +1,166 @@
+"""A KEDA-like driver: asks the scaler over its real gRPC API, on KEDA's schedule, and
+applies the answers to the simulated cluster the way KEDA and the HPA would.
+
+The driver's only source of decisions is the `ExternalScalerStub` it is given (it never
+sees the scaler's objects); what it may change is the `Actuator` (Deployment scale, Job
+creation, unfinished-Job count). Semantics (DESIGN.md, KEDA facts):
+* ScaledObject, every `so_interval_s`: GetMetricSpec → GetMetrics → IsActive; the HPA sets
+  ceil(value / targetSize) replicas (AverageValue), clamped to [min, max], tolerance 0 and
+  scale-up policies as the chart renders them (max of +100 % and +4 pods per period).
+  A failing call counts towards `fallback.failureThreshold` (3); then the fallback
+  `currentReplicasIfHigher` keeps the current replicas.
+* ScaledJob, every `sj_interval_s`: GetMetricSpec → GetMetrics; maxScale =
+  min(value / targetSize, maxReplicaCount); Jobs created = maxScale − unfinished Jobs.
+  Jobs are never deleted when the number drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+
+
+class Actuator(Protocol):
+    """What KEDA and the HPA can do to the cluster (and read back from it)."""
+
+    def replicas(self, service: str) -> int: ...
+    def scale(self, service: str, replicas: int, *, why: str) -> None: ...
+    def unfinished_jobs(self, research_class: str) -> int: ...
+    def create_jobs(self, research_class: str, n: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledObject:
+    name: str
+    namespace: str
+    service: str  # trigger metadata `service`
+    min_replicas: int
+    max_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScaledJob:
+    name: str
+    namespace: str
+    research_class: str  # trigger metadata `researchClass`
+    max_replica_count: int
+
+
+@dataclass
+class Answer:
+    """The latest value the scaler gave for one object (for the view and the record)."""
+
+    value: int | None = None
+    active: bool | None = None
+    error: str | None = None
+    failures: int = 0
+
+
+@dataclass
+class KedaDriver:
+    stub: pb_grpc.ExternalScalerAsyncStub
+    actuator: Actuator
+    scaled_objects: list[ScaledObject]
+    scaled_jobs: list[ScaledJob]
+    so_interval_s: float
+    sj_interval_s: float
+    scaler_address: str
+    failure_threshold: int = 3
+    calls: Counter[str] = field(default_factory=Counter)  # RPCs made, by method
+    answers: dict[str, Answer] = field(default_factory=dict)  # by object name
+
+    def _ref(self, name: str, namespace: str, key: str, value: str) -> pb.ScaledObjectRef:
+        # KEDA passes every trigger metadata key, its own included.
+        md = {key: value, "scalerAddress": self.scaler_address, "enableTLS": "false"}
+        return pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=md)
+
+    async def _metric(self, ref: pb.ScaledObjectRef) -> tuple[int, float]:
+        """GetMetricSpec then GetMetrics: (value, targetSize) as KEDA reads them."""
+        self.calls["GetMetricSpec"] += 1
+        spec = await self.stub.GetMetricSpec(ref)
+        ms = spec.metricSpecs[0]
+        target = ms.targetSizeFloat if ms.targetSizeFloat > 0 else float(ms.targetSize)
+        self.calls["GetMetrics"] += 1
+        resp = await self.stub.GetMetrics(
+            pb.GetMetricsRequest(scaledObjectRef=ref, metricName=ms.metricName)
+        )
+        mv = resp.metricValues[0]
+        value = mv.metricValueFloat if mv.metricValueFloat > 0 else float(mv.metricValue)
+        return int(mv.metricValue), value / target
+
+    async def poll_scaled_object(self, so: ScaledObject) -> None:
+        ans = self.answers.setdefault(so.name, Answer())
+        ref = self._ref(so.name, so.namespace, "service", so.service)
+        current = self.actuator.replicas(so.service)
+        try:
+            raw, ratio = await self._metric(ref)
+            self.calls["IsActive"] += 1
+            active = (await self.stub.IsActive(ref)).result
+        except grpc.aio.AioRpcError as e:
+            ans.failures += 1
+            ans.error = f"{e.code().name}: {e.details()}"
+            if ans.failures >= self.failure_threshold:
+                ans.error += " (fallback currentReplicasIfHigher: keeping current replicas)"
+            return
+        ans.value, ans.active, ans.error, ans.failures = raw, active, None, 0
+        # HPA, AverageValue: ceil(value / target) replicas; tolerance 0 (chart default).
+        want = math.ceil(ratio - 1e-9)
+        if not active and so.min_replicas == 0:
+            want = 0  # KEDA deactivates the HPA and scales to zero
+        want = max(so.min_replicas, min(so.max_replicas, want))
+        if want > current:  # HPA scale-up policies: max(+100 %, +4 pods) per period
+            want = min(want, max(2 * current, current + 4))
+        if want != current:
+            self.actuator.scale(so.service, want, why=f"GetMetrics={raw}")
+
+    async def poll_scaled_job(self, sj: ScaledJob) -> None:
+        ans = self.answers.setdefault(sj.name, Answer())
+        ref = self._ref(sj.name, sj.namespace, "researchClass", sj.research_class)
+        try:
+            raw, ratio = await self._metric(ref)
+        except grpc.aio.AioRpcError as e:
+            # KEDA skips a ScaledJob trigger whose call fails: no Jobs this round.
+            ans.error = f"{e.code().name}: {e.details()}"
+            return
+        ans.value, ans.error = raw, None
+        max_scale = min(math.floor(ratio + 1e-9), sj.max_replica_count)
+        create = max_scale - self.actuator.unfinished_jobs(sj.research_class)
+        if create > 0:
+            self.actuator.create_jobs(sj.research_class, create)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await asyncio.gather(
+            self._every(self.so_interval_s, stop, self._poll_objects),
+            self._every(self.sj_interval_s, stop, self._poll_jobs),
+        )
+
+    async def _poll_objects(self) -> None:
+        for so in self.scaled_objects:
+            await self.poll_scaled_object(so)
+
+    async def _poll_jobs(self) -> None:
+        for sj in self.scaled_jobs:
+            await self.poll_scaled_job(sj)
+
+    @staticmethod
+    async def _every(period: float, stop: asyncio.Event, fn: Callable[[], Awaitable[None]]) -> None:
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while not stop.is_set():
+            await fn()
+            next_at += period
+            delay = next_at - loop.time()
+            if delay < 0:
+                next_at, delay = loop.time(), 0.0
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)

@@ -1,0 +1,231 @@
+"""What a person sees: the live terminal view, plain log lines, the summary table and the
+pool-split plot. Reads a `Frame` (plain data); never touches the simulation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from scaler.demo.world import Sample
+
+
+@dataclass(frozen=True, slots=True)
+class ClassRow:
+    name: str
+    gpus_per_job: int
+    slots: int | None  # latest answer through gRPC
+    running: int
+    pending: int
+    terminating: int
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    clock: str  # time of day, HH:MM
+    day_fraction: float
+    rps: float
+    waiting: float
+    service: str
+    ready: int
+    starting: int
+    pending: int
+    draining: int
+    desired: int | None
+    scaler_error: str | None
+    classes: tuple[ClassRow, ...]
+    capacity: int
+    reserve: int
+    inference_gpus: int
+    research_gpus: int
+    terminating_gpus: int
+    preemptions: int
+    research_gpu_hours: float
+    slo: float | None
+    slo_ttft_s: float
+    grpc_calls: int
+    real_s: float
+    lag_s: float  # simulated seconds the simulation is behind the compressed clock
+
+
+def pool_bar(f: Frame, width: int = 64) -> Text:
+    """One character per GPU group: inference, research, preempted (grace), free."""
+    scale = width / max(f.capacity, 1)
+    parts = [
+        (f.inference_gpus, "█", "bold blue"),
+        (f.research_gpus, "█", "green"),
+        (f.terminating_gpus, "▒", "yellow"),
+    ]
+    text = Text()
+    used = 0
+    for gpus, ch, style in parts:
+        n = round(gpus * scale)
+        n = min(n, width - used)
+        text.append(ch * n, style=style)
+        used += n
+    text.append("·" * (width - used), style="dim")
+    return text
+
+
+def render(f: Frame) -> Panel:
+    head = Text.assemble(
+        ("time of day ", "dim"),
+        (f.clock, "bold"),
+        ("   requests ", "dim"),
+        (f"{f.rps:6.1f}/s", "bold"),
+        ("   queued ", "dim"),
+        (f"{f.waiting:5.0f}", ""),
+        ("   SLO (TTFT ≤ ", "dim"),
+        (f"{f.slo_ttft_s:g} s) ", "dim"),
+        ("–" if f.slo is None else f"{100 * f.slo:5.1f} %", "bold"),
+    )
+    inf = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for col in ("inference", "ready", "starting", "pending", "draining", "desired (gRPC)"):
+        inf.add_column(col, justify="right" if col != "inference" else "left")
+    inf.add_row(
+        f.service,
+        str(f.ready),
+        str(f.starting),
+        str(f.pending),
+        str(f.draining),
+        ("–" if f.desired is None else str(f.desired)) + (" ⚠" if f.scaler_error else ""),
+    )
+    res = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for col in ("research Jobs", "GPUs/Job", "slots (gRPC)", "running", "pending", "preempted"):
+        res.add_column(col, justify="right" if col != "research Jobs" else "left")
+    for c in f.classes:
+        res.add_row(
+            c.name,
+            str(c.gpus_per_job),
+            "–" if c.slots is None else str(c.slots),
+            str(c.running),
+            str(c.pending),
+            str(c.terminating),
+        )
+    free = f.capacity - f.inference_gpus - f.research_gpus - f.terminating_gpus
+    legend = Text.assemble(
+        ("█ inference ", "bold blue"),
+        (f"{f.inference_gpus}", "bold"),
+        ("  █ research ", "green"),
+        (f"{f.research_gpus}", "bold"),
+        ("  ▒ preempted, in grace ", "yellow"),
+        (f"{f.terminating_gpus}", "bold"),
+        ("  · free ", "dim"),
+        (f"{free}", "bold"),
+        (f"  (reserve {f.reserve})", "dim"),
+    )
+    foot = Text.assemble(
+        ("research GPU-hours ", "dim"),
+        (f"{f.research_gpu_hours:7.1f}", "bold green"),
+        ("   preemptions ", "dim"),
+        (f"{f.preemptions}", "bold yellow"),
+        ("   gRPC calls ", "dim"),
+        (f"{f.grpc_calls}", "bold"),
+        ("   real ", "dim"),
+        (f"{f.real_s:5.0f} s", ""),
+        ("" if f.lag_s < 600 else f"   (simulation {f.lag_s / 60:.0f} min behind)", "red"),
+    )
+    if f.scaler_error:
+        foot.append(f"\nscaler: {f.scaler_error}", style="red")
+    body = Group(head, Text(), inf, Text(), res, Text(), pool_bar(f), legend, Text(), foot)
+    return Panel(
+        body,
+        title=f"gpu-pool-scaler demo — pool of {f.capacity} GPUs",
+        subtitle=f"day {100 * f.day_fraction:3.0f} % done — Ctrl-C stops and writes the summary",
+    )
+
+
+def plain_line(f: Frame) -> str:
+    classes = " ".join(
+        f"{c.name}={c.running}r/{c.pending}p(slots {'-' if c.slots is None else c.slots})"
+        for c in f.classes
+    )
+    slo = "-" if f.slo is None else f"{100 * f.slo:.1f}%"
+    return (
+        f"{f.clock} rps={f.rps:.1f} {f.service}: ready={f.ready} starting={f.starting} "
+        f"pending={f.pending} desired={'-' if f.desired is None else f.desired} | research "
+        f"{classes} | GPUs inference={f.inference_gpus} research={f.research_gpus} "
+        f"preempted={f.terminating_gpus} | preemptions={f.preemptions} slo={slo} "
+        f"grpc={f.grpc_calls}"
+    )
+
+
+def summary_table(summary: dict[str, object]) -> Table:
+    t = Table(title="gpu-pool-scaler demo: summary", show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for key, label in (
+        ("sim_hours", "simulated hours"),
+        ("requests", "requests"),
+        ("slo_attainment", "SLO attainment (TTFT)"),
+        ("min_inference_replicas", "inference replicas, min"),
+        ("max_inference_replicas", "inference replicas, max"),
+        ("research_gpu_hours", "research GPU-hours harvested"),
+        ("research_gpu_hours_lost", "research GPU-hours lost to preemption"),
+        ("research_jobs_completed", "research Jobs completed"),
+        ("preemptions", "preemptions"),
+        ("grpc_calls", "gRPC calls (driver)"),
+        ("scaler_grpc_requests", "gRPC requests (scaler's /metrics)"),
+        ("real_seconds", "real seconds"),
+    ):
+        v = summary.get(key)
+        if isinstance(v, float):
+            s = f"{100 * v:.1f} %" if key == "slo_attainment" else f"{v:,.1f}"
+        else:
+            s = "–" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
+        t.add_row(label, s)
+    return t
+
+
+def plot_pool(
+    records: Sequence[Sample],
+    capacity: int,
+    reserve: int,
+    start_hour: float,
+    path: Path,
+    title: str,
+) -> None:
+    """Stacked pool split over the day, request rate on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    hours = [start_hour + r.t / 3600.0 for r in records]
+    inf = [r.inference_gpus for r in records]
+    res = [r.research_gpus for r in records]
+    term = [r.research_terminating_gpus for r in records]
+    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    if records:
+        ax.stackplot(
+            hours,
+            inf,
+            res,
+            term,
+            labels=["inference (vLLM replicas)", "research Jobs", "research, preempted (grace)"],
+            colors=["#2f5fb3", "#3aa655", "#e8b83a"],
+            step="post",
+        )
+    ax.axhline(capacity, color="black", lw=1)
+    ax.axhline(capacity - reserve, color="grey", lw=0.8, ls="--", label="capacity − reserve")
+    ax.set_xlabel("hour of day (trace time)")
+    ax.set_ylabel("GPUs")
+    ax.set_ylim(0, capacity * 1.05)
+    if hours:
+        ax.set_xlim(hours[0] - (records[0].t / 3600.0 if records else 0), hours[-1])
+    ax2 = ax.twinx()
+    ax2.plot(hours, [r.rps for r in records], color="#c0392b", lw=1.2, label="requests/s")
+    ax2.set_ylabel("requests/s", color="#c0392b")
+    ax2.set_ylim(bottom=0)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

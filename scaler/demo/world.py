@@ -1,0 +1,209 @@
+"""The simulated pool in simulated time: requests → router → vLLM replica model, on the
+pods of the simulated cluster. Reuses the bench simulator (`bench.sim`) for the replica
+model and the workload; adds only the glue to the cluster's pod lifecycle and what the
+demo records. Single-threaded: everything here runs on the demo's event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.sim.profile import ReplicaSpec
+from bench.sim.replica import ReplicaPool, RequestLog, Router
+from bench.sim.workload import Workload
+from scaler.demo.cluster import Cluster, JobPhase, Pod, PodPhase
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One row of the day's record (every `record_s` simulated seconds)."""
+
+    t: float  # simulated seconds since the start of the day
+    rps: float  # request arrivals per second over the last record interval
+    ready: int
+    starting: int  # scheduled, loading the model
+    pending: int  # inference pods waiting for GPUs
+    draining: int
+    desired: int | None  # the scaler's latest answer (through gRPC), None before the first
+    inference_gpus: int
+    research_gpus: int  # running research pods
+    research_terminating_gpus: int
+    research_running: int
+    research_pending: int
+    preemptions: int  # cumulative
+    slo: float | None  # attainment so far
+
+
+@dataclass
+class Replica:
+    pod: Pod
+    row: int
+    on_start: Callable[[], None] | None = None
+    stopping: bool = False
+
+
+def column(log: RequestLog, name: str) -> FloatArray:
+    """A float column of the request log (`arrival`, `first_token`, ...), typed."""
+    return cast(FloatArray, log.__dict__[name])
+
+
+@dataclass
+class SloTracker:
+    """TTFT SLO over requests whose fate is known: first token in time, or deadline passed."""
+
+    ttft_s: float
+    decided: int = 0
+    met: int = 0
+
+    def advance(self, log: RequestLog, now: float) -> None:
+        arrival = column(log, "arrival")[: log.n]
+        end = int(np.searchsorted(arrival, now - self.ttft_s, side="right"))
+        if end <= self.decided:
+            return
+        ttft = column(log, "first_token")[self.decided : end] - arrival[self.decided : end]
+        self.met += int(np.count_nonzero(ttft <= self.ttft_s))  # NaN (no token yet) is a miss
+        self.decided = end
+
+    @property
+    def attainment(self) -> float | None:
+        return self.met / self.decided if self.decided else None
+
+
+@dataclass
+class World:
+    """Everything that happens in the simulated pool, advanced in steps of `dt` seconds."""
+
+    spec: ReplicaSpec
+    workload: Workload
+    cluster: Cluster
+    service: str
+    max_rows: int
+    slo: SloTracker
+    dt: float = 2.0
+    record_s: float = 300.0
+    now: float = 0.0
+    # Called when a replica starts serving / stops (the owner runs its HTTP server and
+    # rewrites the scaler's target list).
+    on_ready: Callable[[Replica], None] | None = None
+    on_gone: Callable[[Replica], None] | None = None
+    desired: int | None = None  # the latest answer the KEDA driver got, for the record
+    records: list[Sample] = field(default_factory=list)
+    replicas: dict[int, Replica] = field(default_factory=dict)  # pod id -> replica
+
+    def __post_init__(self) -> None:
+        w = self.workload
+        self.log = RequestLog.of(w.arrival, w.prompt, w.output)
+        self.pool = ReplicaPool(self.spec, self.max_rows, self.log)
+        self.router = Router()
+        self._free_rows = list(range(self.max_rows - 1, -1, -1))
+        self._next_record = self.record_s
+        self._recorded_arrivals = 0
+
+    # ---- replica lifecycle ---------------------------------------------------------------
+    def start_replica(self, pod: Pod) -> Replica:
+        if not self._free_rows:
+            raise RuntimeError(f"more than {self.max_rows} replica processes at once")
+        row = self._free_rows.pop()
+        self.pool.start(row, self.now)
+        rep = Replica(pod, row)
+        self.replicas[pod.id] = rep
+        if self.on_ready is not None:
+            self.on_ready(rep)
+        return rep
+
+    def drain(self, pods: list[Pod]) -> None:
+        """Scale-down: stop routing to these pods; they exit once idle."""
+        for pod in pods:
+            rep = self.replicas[pod.id]
+            rep.stopping = True
+            resend = self.pool.drain(rep.row)
+            if resend:
+                self.router.route(self.pool, resend)
+
+    def _reap(self) -> None:
+        for rep in [r for r in self.replicas.values() if r.stopping]:
+            if self.pool.idle(rep.row):
+                self.pool.stop(rep.row)
+                del self.replicas[rep.pod.id]
+                self._free_rows.append(rep.row)
+                self.cluster.pod_gone(rep.pod, self.now)
+                if self.on_gone is not None:
+                    self.on_gone(rep)
+
+    # ---- time ----------------------------------------------------------------------------
+    def advance(self, until: float, max_steps: int = 1_000_000) -> None:
+        """Step the pool up to `until` (at most `max_steps` steps: the caller stays live)."""
+        steps = 0
+        while self.now + self.dt <= until + 1e-9 and steps < max_steps:
+            t = self.now
+            i, j = self.workload.arrivals(t, t + self.dt)
+            self.router.route(self.pool, np.arange(i, j))
+            self.pool.step(t, self.dt)
+            trans = self.cluster.step(t, self.dt)
+            self.now = t + self.dt
+            for pod in trans.ready:
+                self.start_replica(pod)
+            self._reap()
+            if self.router.held and self.pool.serving.any():
+                self.router.route(self.pool, [])
+            if self.now >= self._next_record - 1e-9:
+                self._record()
+                self._next_record += self.record_s
+            steps += 1
+
+    def _record(self) -> None:
+        c, svc = self.cluster, self.service
+        self.slo.advance(self.log, self.now)
+        arrived = self.arrived()
+        rps = (arrived - self._recorded_arrivals) / self.record_s
+        self._recorded_arrivals = arrived
+        self.records.append(
+            Sample(
+                t=self.now,
+                rps=rps,
+                ready=c.count(svc, PodPhase.READY),
+                starting=c.count(svc, PodPhase.STARTING),
+                pending=c.count(svc, PodPhase.PENDING),
+                draining=c.count(svc, PodPhase.TERMINATING),
+                desired=self.desired,
+                inference_gpus=c.inference_gpus(),
+                research_gpus=c.research_gpus(JobPhase.RUNNING),
+                research_terminating_gpus=c.research_gpus(JobPhase.TERMINATING),
+                research_running=c.jobs_in(JobPhase.RUNNING),
+                research_pending=c.jobs_in(JobPhase.PENDING),
+                preemptions=c.preemptions,
+                slo=self.slo.attainment,
+            )
+        )
+
+    def arrived(self) -> int:
+        """Requests that arrived so far."""
+        a = column(self.log, "arrival")[: self.log.n]
+        return int(np.searchsorted(a, self.now, side="left"))
+
+    def request_rate(self) -> float:
+        """The workload's modulated rate now (req/s)."""
+        return float(self.workload.rate_at(self.now))
+
+    def rate_now(self, window_s: float = 300.0) -> float:
+        """Arrivals per second over the last `window_s` simulated seconds."""
+        a = column(self.log, "arrival")[: self.log.n]
+        lo, hi = np.searchsorted(a, (self.now - window_s, self.now), side="left")
+        return float(hi - lo) / max(min(window_s, self.now), 1e-9) if self.now > 0 else 0.0
+
+    def waiting(self) -> float:
+        q = sum(len(self.pool.queues[r.row]) for r in self.replicas.values())
+        return float(q + len(self.router.held))
+
+    @staticmethod
+    def hour(t: float) -> str:
+        h = math.floor(t / 3600.0) % 24
+        return f"{h:02d}:{math.floor(t % 3600.0 / 60.0):02d}"
