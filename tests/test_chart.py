@@ -514,6 +514,25 @@ def test_old_clusters_are_refused(helm: Helm) -> None:
     assert "requires kubeVersion: >=1.27.0-0" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("values", CI_FILES, ids=CI_IDS)
+def test_notes_show_the_scaler_address_and_how_to_check_each_object(
+    helm: Helm, rendered: dict[str, list[dict[str, Any]]], values: Path
+) -> None:
+    proc = helm.run(
+        "install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client", "-f", str(values)
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("\nNOTES:\n", 1)[1]
+    docs = rendered[values.name.removesuffix("-values.yaml")]
+    keda = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
+    assert keda[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"] in notes
+    for d in keda:
+        ns, name = d["metadata"]["namespace"], d["metadata"]["name"]
+        assert f"kubectl -n {ns} get {d['kind'].lower()} {name}" in notes
+    inference_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-inference")
+    assert f"priorityClassName: {inference_pc['metadata']['name']}" in notes
+
+
 # ---------------------------------------------------------------- HPA tolerance ----
 
 TOLERANCE_CASES = [
