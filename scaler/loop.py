@@ -106,7 +106,8 @@ class ControlLoop:
         by_service: dict[str, dict[str, ScrapeResult]] = {s.name: {} for s in cfg.inference}
         for (service, _), res in zip(jobs, results, strict=True):
             by_service[service][res.job.address] = res
-            self._metrics.scrapes.labels(service, "ok" if res.error is None else "error").inc()
+            # The outcome (timeout, http_error, malformed, ...) tells the SRE which fault.
+            self._metrics.scrapes.labels(service, res.outcome).inc()
             self._metrics.scrape_duration.observe(res.duration_s)
 
         now = self._clock()

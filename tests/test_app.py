@@ -139,7 +139,7 @@ async def test_garbage_metrics_mark_target_failed_and_hold(env: Env) -> None:
     assert chat.desired == 8 and not chat.fresh  # held, never a silent scale-down
     assert await client.value(researchClass="eval") == 0  # research fails closed
     failed = running.metrics.registry.get_sample_value(
-        "gpu_pool_scaler_scrape_total", {"service": "chat", "result": "error"}
+        "gpu_pool_scaler_scrape_total", {"service": "chat", "result": "malformed"}
     )
     assert failed and failed >= 1
 
