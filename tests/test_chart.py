@@ -558,6 +558,29 @@ def test_notes_show_the_scaler_address_and_how_to_check_each_object(
     assert f"priorityClassName: {inference_pc['metadata']['name']}" in notes
 
 
+def test_per_service_overrides_win_even_when_false_or_empty(helm: Helm, tmp_path: Path) -> None:
+    over = {
+        "useCachedMetrics": False,
+        "fallback": {"enabled": False},
+        "tolerance": "",
+        "pollingInterval": 5,
+        "scaleTargetRef": {"kind": "StatefulSet", "name": "vllm-chat"},
+    }
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump(_svc(scaledObject=over)))
+    so = one(helm.render(CHART / "ci" / "minimal-values.yaml", f), "ScaledObject")
+    spec = so["spec"]
+    assert spec["triggers"][0]["useCachedMetrics"] is False
+    assert "fallback" not in spec and spec["pollingInterval"] == 5
+    assert spec["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "name": "vllm-chat",
+    }
+    for rules in spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"].values():
+        assert "tolerance" not in rules
+
+
 # ---------------------------------------------------------------- HPA tolerance ----
 
 TOLERANCE_CASES = [
