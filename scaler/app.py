@@ -188,7 +188,10 @@ class Scaler:
         if cfg.server.tls is not None:
             from scaler.tls import server_credentials
 
-            bound = self.server.add_secure_port(address, server_credentials(cfg.server.tls))
+            creds = server_credentials(
+                cfg.server.tls, lambda result: self.metrics.tls_reloads.labels(result).inc()
+            )
+            bound = self.server.add_secure_port(address, creds)
         else:
             bound = self.server.add_insecure_port(address)
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -82,6 +82,12 @@ class ScalerMetrics:
             p + "config_reloads", "Config reloads by result.", ("result",), registry=registry
         )
         self.config_generation = gauge("config_generation", "Generation of the config in force.")
+        self.tls_reloads = Counter(
+            p + "tls_reloads",
+            "Rotated gRPC TLS files examined, by result (ok, invalid: old ones kept).",
+            ("result",),
+            registry=registry,
+        )
 
     def observe_decision(self, d: Decision) -> None:
         for name, s in d.services.items():

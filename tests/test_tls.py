@@ -7,14 +7,17 @@ served to the next connection without a restart.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
-from collections.abc import AsyncIterator
+import urllib.request
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -24,11 +27,14 @@ from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.config import ConfigError, TLSConfig
+from scaler.app import Options, Scaler
+from scaler.config import ConfigError, TLSConfig, load_config
 from scaler.grpc_api import ExternalScalerServicer
 from scaler.metrics import ScalerMetrics
 from scaler.snapshot import Snapshots
 from scaler.tls import server_credentials
+from tests.conftest import FIXTURES, ExpositionServer
+from tests.test_app import write_config
 from tests.test_grpc_api import decision, svc
 
 
@@ -168,36 +174,39 @@ class TLSServer:
         self.port = self.server.add_secure_port("127.0.0.1:0", creds)
         self.snapshots.publish(decision(1, svc("chat", 3)))
 
-    async def call(self, channel: grpc.aio.Channel) -> int:
-        """One KEDA GetMetrics; returns the value or raises grpc.aio.AioRpcError."""
+    async def call_with(
+        self, root: Pem | None, client: Pem | None = None, *, plaintext: bool = False
+    ) -> int | grpc.StatusCode:
+        return await call_with(self.port, root, client, plaintext=plaintext)
+
+
+async def call_with(
+    port: int, root: Pem | None, client: Pem | None = None, *, plaintext: bool = False
+) -> int | grpc.StatusCode:
+    """One KEDA GetMetrics over a new connection: the value, or the status code."""
+    # A private subchannel pool: a new channel must make a new TLS handshake.
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    target = f"127.0.0.1:{port}"
+    if plaintext:
+        channel = grpc.aio.insecure_channel(target, options=opts)
+    else:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=root.cert if root else None,
+            private_key=client.key if client else None,
+            certificate_chain=client.cert if client else None,
+        )
+        channel = grpc.aio.secure_channel(target, creds, options=opts)
+    try:
         stub = pb_grpc.ExternalScalerStub(channel)
         ref = pb.ScaledObjectRef(name="so", namespace="serving", scalerMetadata={"service": "chat"})
         resp = await stub.GetMetrics(
             pb.GetMetricsRequest(scaledObjectRef=ref, metricName="inference-chat"), timeout=5
         )
         return resp.metricValues[0].metricValue
-
-    async def call_with(
-        self, root: Pem | None, client: Pem | None = None, *, plaintext: bool = False
-    ) -> int | grpc.StatusCode:
-        # A private subchannel pool: a new channel must make a new TLS handshake.
-        opts = [("grpc.use_local_subchannel_pool", 1)]
-        target = f"127.0.0.1:{self.port}"
-        if plaintext:
-            channel = grpc.aio.insecure_channel(target, options=opts)
-        else:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=root.cert if root else None,
-                private_key=client.key if client else None,
-                certificate_chain=client.cert if client else None,
-            )
-            channel = grpc.aio.secure_channel(target, creds, options=opts)
-        try:
-            return await self.call(channel)
-        except grpc.aio.AioRpcError as e:
-            return e.code()
-        finally:
-            await channel.close()
+    except grpc.aio.AioRpcError as e:
+        return e.code()
+    finally:
+        await channel.close()
 
 
 @pytest.fixture
@@ -329,3 +338,42 @@ def test_bad_files_at_startup_are_a_config_error_naming_the_file(
         (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nAAAA\n")
     with pytest.raises(ConfigError, match=names):
         server_credentials(tls)
+
+
+async def test_whole_scaler_with_mtls_and_plain_http_probes(
+    tmp_path: Path, pki: PKI, exposition_server: Callable[[str], ExpositionServer]
+) -> None:
+    """`server.tls` in the pool config: KEDA's port is mTLS-only, while kubelet probes
+    (which cannot do TLS on gRPC probes) use the plain HTTP /healthz and /readyz on the
+    metrics port. A rotation is counted in gpu_pool_scaler_tls_reloads_total."""
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    tls = write_server_files(tmp_path, pki.server1, pki.ca1)
+    cfg = yaml.safe_load(path.read_text())
+    cfg["server"] = {"tls": tls.model_dump(exclude_none=True)}
+    path.write_text(yaml.safe_dump(cfg))
+    scaler = Scaler(
+        load_config(path),
+        Options(str(path), grpc_port=0, metrics_port=0, host="127.0.0.1", drain_seconds=0.1),
+    )
+    running = await scaler.start()
+    try:
+        port = running.grpc_port
+        assert await call_with(port, None, plaintext=True) == REFUSED
+        assert await call_with(port, pki.ca1) == REFUSED  # no client certificate
+        assert await call_with(port, pki.ca1, pki.client1) == 1  # idle capture: minReplicas
+
+        def get(p: str) -> int:
+            url = f"http://127.0.0.1:{running.metrics_port}{p}"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return int(r.status)
+
+        assert await asyncio.to_thread(get, "/healthz") == 200
+        assert await asyncio.to_thread(get, "/readyz") == 200
+
+        write_server_files(tmp_path, pki.server2, pki.ca1)
+        assert await call_with(port, pki.ca2, pki.client1) == 1
+        reg = running.metrics.registry
+        assert reg.get_sample_value("gpu_pool_scaler_tls_reloads_total", {"result": "ok"}) == 1
+    finally:
+        await scaler.shutdown(running)
