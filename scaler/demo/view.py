@@ -224,7 +224,7 @@ def plot_pool(
     ax2.set_ylim(bottom=0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper left", fontsize=8)
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5, fontsize=8)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
