@@ -91,7 +91,10 @@ class Scaler:
         self._kube_client: Any = None
         self._node_capacity: NodeCapacityWatcher | None = None
         self._node_capacity_key: tuple[object, ...] | None = None
-        self.harvest = accounting.HarvestMeter()
+        # A gap longer than a few cycles is not counted as lent (we do not know it was).
+        self.harvest = accounting.HarvestMeter(
+            max_interval_seconds=max(60.0, 3 * config.scrape.intervalSeconds)
+        )
         self.loop = ControlLoop(
             self.holder.current,
             self._discovery_for,
@@ -123,6 +126,9 @@ class Scaler:
     def _capacity_for(self, cfg: Config) -> Capacity | None:
         cap = cfg.pool.capacity
         if cap.gpus is not None:
+            if self._node_capacity is not None:  # a reload switched nodes -> static
+                self._node_capacity.stop()
+                self._node_capacity = self._node_capacity_key = None
             return Capacity(total_gpus=cap.gpus, source="static")
         assert cap.nodes is not None
         key = (cap.nodes, cfg.pool.name)
