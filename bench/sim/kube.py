@@ -70,6 +70,7 @@ class Cluster:
         self.pending: list[Pod] = []
         self.terminating: list[Pod] = []
         self.held = {"inference": 0, "research": 0}  # GPUs held (bound or terminating)
+        self._dirty = False  # something changed since the last scheduling pass
 
     @property
     def gpus(self) -> int:
@@ -81,9 +82,11 @@ class Cluster:
     def submit(self, pod: Pod) -> None:
         pod.phase = PodPhase.PENDING
         self.pending.append(pod)
+        self._dirty = True
 
     def delete(self, pod: Pod, now: float, grace_s: float = 0.0) -> None:
         """Delete a pod: a pending one vanishes; a bound one frees its GPUs after grace."""
+        self._dirty = True
         if pod.phase is PodPhase.PENDING:
             self.pending.remove(pod)
             if pod.nominated >= 0:
@@ -100,6 +103,7 @@ class Cluster:
     def release_due(self, now: float) -> list[Pod]:
         """Release the GPUs of terminating pods whose grace period is over."""
         done = [p for p in self.terminating if p.free_at <= now]
+        self._dirty |= bool(done)
         for p in done:
             self.terminating.remove(p)
             self.pods_on[p.node].remove(p)
@@ -132,8 +136,9 @@ class Cluster:
         """One scheduling pass over pending pods, highest priority first, oldest first."""
         bound: list[Pod] = []
         evicted: list[Preemption] = []
-        if not self.pending:
-            return bound, evicted
+        if not self.pending or not self._dirty:
+            return bound, evicted  # nothing changed: the same pods still do not fit
+        self._dirty = False
         for pod in sorted(self.pending, key=lambda p: (-p.priority, p.created)):
             if pod.nominated >= 0:
                 n = pod.nominated

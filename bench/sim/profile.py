@@ -20,12 +20,12 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-PROFILES_DIR = Path("/work/shared/profiles")
+from bench.sim.data import shared_dir
+
 DERIVED_CSV = "derived_linear_and_allreduce_per_forward_ms.csv"
 
 FloatArray = npt.NDArray[np.float64]
@@ -81,7 +81,7 @@ PROFILED_ON = {
 
 @cache
 def _linear_table(gpu: str, model: str, tp: int) -> tuple[FloatArray, FloatArray]:
-    path = PROFILES_DIR / DERIVED_CSV
+    path = shared_dir() / "profiles" / DERIVED_CSV
     xs: list[float] = []
     ys: list[float] = []
     with path.open(newline="") as f:

@@ -44,26 +44,36 @@ _EPS = 1e-9
 class RequestLog:
     """Per-request state and outcome, shared by the replicas of one simulated pool."""
 
+    _FIELDS = (
+        ("arrival", np.nan, np.float64),
+        ("prompt", 0, np.int64),
+        ("output", 0, np.int64),
+        ("need", 0.0, np.float64),  # tokens to (re)compute at admission: prompt (+ generated)
+        ("out_left", 0.0, np.float64),  # output tokens still to generate
+        ("admitted", np.nan, np.float64),  # first admission into a batch
+        ("first_token", np.nan, np.float64),
+        ("finished", np.nan, np.float64),
+    )
+    arrival: FloatArray
+    prompt: IntArray
+    output: IntArray
+    need: FloatArray
+    out_left: FloatArray
+    admitted: FloatArray
+    first_token: FloatArray
+    finished: FloatArray
+
     def __init__(self, capacity: int = 1024) -> None:
         self.n = 0
+        self.cap = 0
         self._alloc(max(capacity, 1))
 
     def _alloc(self, cap: int) -> None:
-        def grow(name: str, fill: float, dtype: type) -> None:
+        for name, fill, dtype in self._FIELDS:
             new = np.full(cap, fill, dtype=dtype)
-            old = getattr(self, name, None)
-            if old is not None:
-                new[: self.n] = old[: self.n]
+            if self.cap:
+                new[: self.n] = getattr(self, name)[: self.n]
             setattr(self, name, new)
-
-        grow("arrival", np.nan, float)
-        grow("prompt", 0, np.int64)
-        grow("output", 0, np.int64)
-        grow("need", 0.0, float)  # tokens to (re)compute at admission: prompt (+ generated)
-        grow("out_left", 0.0, float)  # output tokens still to generate
-        grow("admitted", np.nan, float)  # first admission time
-        grow("first_token", np.nan, float)
-        grow("finished", np.nan, float)
         self.cap = cap
 
     @classmethod
@@ -235,7 +245,8 @@ class ReplicaPool:
         spec, log = self.spec, self.log
         hr, hc = self._hr, self._hc
         # Views on the occupied corner: rows and columns beyond it are empty.
-        act, pre, out, ctx = (x[:hr, :hc] for x in (self.act, self.pre, self.out, self.ctx))
+        act = self.act[:hr, :hc]
+        pre, out, ctx = self.pre[:hr, :hc], self.out[:hr, :hc], self.ctx[:hr, :hc]
         seq, rel, rid = self.seq[:hr, :hc], self.rel[:hr, :hc], self.rid[:hr, :hc]
         nact = self.nact[:hr]
         pending = pre > 0

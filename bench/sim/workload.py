@@ -22,13 +22,13 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-TRACES_DIR = Path("/work/shared/traces")
+from bench.sim.data import shared_dir
+
 DAY = 86400.0
 
 FloatArray = npt.NDArray[np.float64]
@@ -57,7 +57,7 @@ class RateCurve:
 
 
 def _servegen(column: str, name: str) -> RateCurve:
-    path = TRACES_DIR / "servegen_language_2week_rate_10min.csv"
+    path = shared_dir() / "traces" / "servegen_language_2week_rate_10min.csv"
     t, r = [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
@@ -73,7 +73,7 @@ def _servegen(column: str, name: str) -> RateCurve:
 
 
 def _servegen_r1() -> RateCurve:
-    path = TRACES_DIR / "servegen_reason_mm_1day_rate_10min.csv"
+    path = shared_dir() / "traces" / "servegen_reason_mm_1day_rate_10min.csv"
     t, r = [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
@@ -83,7 +83,7 @@ def _servegen_r1() -> RateCurve:
 
 
 def _azure(kind: str) -> RateCurve:
-    path = TRACES_DIR / f"azure2024_{kind}_1week_rate_digitized.csv"
+    path = shared_dir() / "traces" / f"azure2024_{kind}_1week_rate_digitized.csv"
     t, mid, lo, hi = [], [], [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
@@ -124,7 +124,7 @@ def load_curve(name: str) -> RateCurve:
 @cache
 def azure2023(kind: str) -> tuple[IntArray, IntArray, FloatArray]:
     """(prompt tokens, output tokens, unit-mean gaps normalised per minute) of a 2023 trace."""
-    path = TRACES_DIR / f"AzureLLMInferenceTrace_{kind}.csv"
+    path = shared_dir() / "traces" / f"AzureLLMInferenceTrace_{kind}.csv"
     ts, p, o = [], [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):

@@ -1,0 +1,82 @@
+"""Whole simulated pool, short: invariants and the server's own policy in the loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.sim.engine import PolicyResult, simulate_policy
+from bench.sim.policies import Ours
+from bench.sim.scenario import Calibration, Scenario, make_policies, pool_config
+from bench.sim.workload import RateCurve, make_workload
+from scaler.policy import PolicyState
+
+# A quiet half hour, then a ramp to 8× the traffic: inference must take GPUs back.
+STEP = RateCurve(
+    "step",
+    np.array([0.0, 3600.0, 5400.0, 6300.0, 9000.0]),
+    np.array([0.5, 0.5, 0.5, 4.0, 4.0]),
+    None,
+    None,
+    1800.0,
+    "conv",
+)
+CAL = Calibration(per_replica_rps=1.0, replicas=4, attainment=0.99, mean_tokens=1366, seconds=0)
+
+
+def run(name: str, scn: Scenario) -> tuple[PolicyResult, object]:
+    w = make_workload(
+        STEP,
+        start_s=3600.0,
+        duration_s=4500.0,
+        peak_rps=4.0,
+        rng=np.random.default_rng(1),
+        lead_in_s=600.0,
+    )
+    cfg = pool_config(scn, CAL)
+    pols, static_n = make_policies(scn, cfg, CAL, w, -600.0, 4500.0)
+    p = pols[name]
+    res = simulate_policy(
+        p,
+        w,
+        spec=scn.spec,
+        pool_gpus=scn.pool_gpus,
+        gpus_per_node=scn.gpus_per_node,
+        classes=list(scn.classes),
+        t_start=-600.0,
+        t_end=4500.0,
+        initial_replicas=static_n if name == "static-peak" else 1,
+        seed=1,
+    )
+    return res, p
+
+
+SCN = Scenario(pool_gpus=32, gpus_per_replica=4, reserve_gpus=4, warmup_s=600)
+
+
+@pytest.mark.parametrize("name", ["ours", "static-peak", "queue-threshold", "oracle"])
+def test_pool_never_overcommits_and_accounts_consistently(name: str) -> None:
+    res, _ = run(name, SCN)
+    s = res.series
+    inf, rsch = np.asarray(s.inference), np.asarray(s.research)
+    assert np.all(inf + rsch <= SCN.pool_gpus)
+    assert res.ledger.useful_gpu_s <= res.research_alloc_gpu_s + 1e-6
+    assert res.ledger.lost_gpu_s <= res.research_alloc_gpu_s
+    assert res.served > 0.95 * res.ttft.size
+    if name == "static-peak":
+        assert res.research_alloc_gpu_s == 0 and res.ledger.preemptions == 0
+        assert set(s.replicas) == {4}  # ceil(4 req/s / 1 req/s per replica)
+
+
+def test_ours_runs_the_server_policy_and_gives_gpus_back_on_the_ramp() -> None:
+    res, pol = run("ours", SCN)
+    assert isinstance(pol, Ours) and isinstance(pol.state, PolicyState)
+    s = res.series
+    t = np.asarray(s.t)
+    before = np.asarray(s.replicas)[(t > 600) & (t < 1800)]
+    after = np.asarray(s.replicas)[t > 3600]
+    assert before.min() <= 2 and before.max() < after.min()
+    # Research held GPUs while it was quiet and lost some of them to inference on the ramp.
+    assert np.asarray(s.research)[(t > 600) & (t < 1800)].max() >= 8
+    assert res.ledger.preemptions > 0
+    assert float(np.mean(res.ttft <= 2.0)) > 0.9

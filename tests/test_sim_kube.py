@@ -1,0 +1,218 @@
+"""The bench's Kubernetes/KEDA emulation against the documented formulas.
+
+HPA: replica_calculator.go (external AverageValue: keep current within tolerance, else
+ceil(value / target); per-pod: ceil(ratio × ready)), behavior defaults (scale-down
+stabilization 300 s = max of recommendations in the window; scale-up max(+4, +100 %) per
+15 s). KEDA ScaledJob default strategy: create min(ceil(metric / target), max) − running.
+kube-scheduler: preempt lower-priority pods, fewest victims, grace period, nominated node.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.sim.kube import (
+    INFERENCE_PRIORITY,
+    RESEARCH_PRIORITY,
+    Cluster,
+    Hpa,
+    HpaBehavior,
+    JobState,
+    Ledger,
+    Pod,
+    PodPhase,
+    ResearchClassSpec,
+    ResearchJob,
+    ScaledJobController,
+    complete_job,
+    preempt_job,
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "current", "tol", "want"),
+    [
+        (13, 12, 0.1, 12),  # ratio 1.083: inside the 10 % tolerance, single step swallowed
+        (14, 12, 0.1, 14),  # ratio 1.167: outside
+        (11, 12, 0.1, 12),  # ratio 0.917: inside
+        (10, 12, 0.1, 10),
+        (13, 12, 0.0, 13),  # behavior tolerance 0: every step applies
+        (0, 5, 0.1, 0),
+        (7, 0, 0.1, 7),  # no replicas: plain ceil
+        (2.2, 1, 0.1, 3),
+    ],
+    ids=["up-in-tol", "up-out", "down-in-tol", "down-out", "tol0", "zero", "from0", "ceil"],
+)
+def test_external_average_value(value: float, current: int, tol: float, want: int) -> None:
+    hpa = Hpa(1, 100, HpaBehavior(tolerance=tol))
+    assert hpa.recommend_average_value(value, 1.0, current) == want
+
+
+def test_average_value_with_threshold_five() -> None:
+    """production-stack's recipe: sum(waiting) = 23 over target 5 → ceil(4.6) = 5."""
+    hpa = Hpa(1, 100, HpaBehavior())
+    assert hpa.recommend_average_value(23.0, 5.0, 2) == 5
+
+
+@pytest.mark.parametrize(
+    ("avg", "ready", "current", "want"),
+    [(0.9, 10, 10, 13), (0.35, 10, 10, 5), (0.72, 10, 10, 10)],
+    ids=["up", "down", "in-tolerance"],
+)
+def test_per_pod_utilization(avg: float, ready: int, current: int, want: int) -> None:
+    hpa = Hpa(1, 100, HpaBehavior())
+    assert hpa.recommend_per_pod(avg, 0.7, ready, current) == want
+
+
+def test_scale_down_waits_for_the_stabilization_window() -> None:
+    hpa = Hpa(1, 100, HpaBehavior())
+    cur = hpa.sync(0.0, 10, 10)
+    assert cur == 10
+    for t in range(15, 300, 15):
+        cur = hpa.sync(float(t), cur, 4)
+        assert cur == 10, t  # the 10 recommended at t=0 is still in the 300 s window
+    assert hpa.sync(300.0, cur, 4) == 10  # t=0 is exactly 300 s old: still inside
+    assert hpa.sync(315.0, cur, 4) == 4
+
+
+def test_scale_down_goes_to_highest_recommendation_in_window() -> None:
+    hpa = Hpa(1, 100, HpaBehavior(scale_down_stabilization_s=60.0))
+    cur = hpa.sync(0.0, 10, 10)
+    cur = hpa.sync(15.0, cur, 7)
+    cur = hpa.sync(30.0, cur, 3)
+    assert cur == 10
+    assert hpa.sync(75.0, cur, 3) == 7  # window (15, 75]: max(7, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("current", "rec", "want"),
+    [(2, 20, 6), (10, 40, 20), (1, 3, 3)],
+    ids=["pods-policy", "percent-policy", "under-limit"],
+)
+def test_scale_up_rate_limit(current: int, rec: int, want: int) -> None:
+    """Default scaleUp: max(4 pods, 100 %) per 15 s."""
+    hpa = Hpa(1, 100, HpaBehavior())
+    assert hpa.sync(0.0, current, rec) == want
+
+
+def test_min_and_max_replicas_clamp() -> None:
+    hpa = Hpa(2, 8, HpaBehavior(scale_down_stabilization_s=0.0))
+    assert hpa.sync(0.0, 4, 0) == 2
+    assert hpa.sync(15.0, 2, 50) == 6  # rate limit first: 2 + 4
+    assert hpa.sync(30.0, 6, 50) == 8
+
+
+@pytest.mark.parametrize(
+    ("metric", "running", "max_count", "want"),
+    [(5, 3, 10, 2), (2, 3, 10, 0), (20, 3, 10, 7), (2.5, 0, 10, 3), (0, 0, 10, 0)],
+    ids=["fill", "never-delete", "capped", "ceil", "zero"],
+)
+def test_scaled_job_default_strategy(
+    metric: float, running: int, max_count: int, want: int
+) -> None:
+    cls = ResearchClassSpec("eval", 1, 1.0, 0.5, 600)
+    ctl = ScaledJobController("eval", max_count)
+    ctl.jobs = [ResearchJob(cls, 3600.0, 0.0) for _ in range(running)]
+    ctl.jobs[0:1] = [ResearchJob(cls, 3600.0, 0.0, state=JobState.PENDING)] if running else []
+    assert ctl.to_create(metric) == want
+
+
+def test_scaled_job_counts_pending_jobs_as_running() -> None:
+    cls = ResearchClassSpec("eval", 1, 1.0, 0.5, 600)
+    ctl = ScaledJobController("eval", 10)
+    ctl.jobs = [ResearchJob(cls, 3600.0, 0.0) for _ in range(4)]  # all pending
+    assert ctl.to_create(4) == 0
+    ctl.jobs[0].state = JobState.DONE
+    assert ctl.to_create(4) == 1
+
+
+def research_pod(gpus: int, t: float) -> Pod:
+    return Pod("research", gpus, RESEARCH_PRIORITY, t)
+
+
+def bind_all(c: Cluster, now: float) -> None:
+    c.schedule(now, 30.0)
+    assert not c.pending
+
+
+def test_preemption_evicts_newest_research_pods_then_binds_after_grace() -> None:
+    c = Cluster(8, 8)
+    olds = [research_pod(1, 0.0) for _ in range(4)]
+    for p in olds:
+        c.submit(p)
+    bind_all(c, 0.0)
+    news = [research_pod(1, 10.0) for _ in range(4)]
+    for p in news:
+        c.submit(p)
+    bind_all(c, 10.0)
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 20.0)
+    c.submit(inf)
+    bound, evicted = c.schedule(20.0, 30.0)
+    assert bound == []
+    assert {e.victim for e in evicted} == set(news)  # the 4 newest, none of the old ones
+    assert all(p.phase is PodPhase.TERMINATING for p in news)
+    assert inf.nominated == 0
+    # Research pods cannot take the GPUs being freed for the nominated pod.
+    c.submit(research_pod(1, 21.0))
+    c.release_due(49.0)
+    assert c.schedule(49.0, 30.0) == ([], [])
+    c.release_due(50.0)
+    bound, evicted = c.schedule(50.0, 30.0)
+    assert bound == [inf] and evicted == []
+    assert c.held == {"inference": 4, "research": 4}
+
+
+def test_preemption_picks_node_with_fewest_victims() -> None:
+    c = Cluster(16, 8)
+    for _ in range(8):
+        c.submit(research_pod(1, 0.0))  # node 0: eight 1-GPU pods
+    bind_all(c, 0.0)
+    c.submit(research_pod(8, 1.0))  # node 1: one 8-GPU pod
+    bind_all(c, 1.0)
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 2.0)
+    c.submit(inf)
+    _, evicted = c.schedule(2.0, 30.0)
+    assert [e.victim.gpus for e in evicted] == [8]
+    assert inf.nominated == 1
+
+
+def test_no_preemption_when_gpus_fit_and_none_for_research() -> None:
+    c = Cluster(8, 8)
+    c.submit(research_pod(4, 0.0))
+    bind_all(c, 0.0)
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 1.0)
+    c.submit(inf)
+    assert c.schedule(1.0, 30.0) == ([inf], [])
+    c.submit(research_pod(1, 2.0))
+    assert c.schedule(2.0, 30.0) == ([], [])  # research never preempts
+
+
+def test_preempted_job_keeps_whole_checkpoints_and_loses_the_rest() -> None:
+    cls = ResearchClassSpec("finetune", 4, 4.0, 0.5, checkpoint_s=600)
+    job = ResearchJob(cls, work_s=36000.0, created=0.0)
+    job.state, job.run_from = JobState.RUNNING, 100.0
+    ledger = Ledger(0.0, 1e9)
+    lost = preempt_job(job, 100.0 + 25 * 60, ledger)  # 25 min of work, checkpoints at 10, 20
+    assert lost == pytest.approx(4 * 5 * 60)
+    assert ledger.lost_gpu_s == pytest.approx(4 * 300)
+    assert ledger.useful_gpu_s == pytest.approx(4 * 1200)
+    assert (job.saved_s, ledger.preemptions, job.state) == (1200.0, 1, JobState.EVICTED)
+    # Re-created and run again: finishes after the remaining work only.
+    job.state, job.run_from = JobState.RUNNING, 5000.0
+    assert job.finish_at() == pytest.approx(5000.0 + 36000.0 - 1200.0)
+    complete_job(job, job.finish_at(), ledger)
+    assert ledger.useful_gpu_s == pytest.approx(4 * 36000.0)
+    assert ledger.completed == 1
+
+
+def test_ledger_counts_only_the_measured_window() -> None:
+    cls = ResearchClassSpec("eval", 1, 1.0, 0.5, checkpoint_s=600)
+    job = ResearchJob(cls, 1e6, 0.0)
+    job.state, job.run_from = JobState.RUNNING, -1000.0  # started in the warm-up
+    ledger = Ledger(0.0, 1e9)
+    preempt_job(job, 1300.0, ledger)  # 2300 s of work: 1800 kept (from -1000 to 800)
+    assert ledger.useful_gpu_s == pytest.approx(800.0)
+    assert ledger.lost_gpu_s == pytest.approx(500.0)
+    assert math.isinf(job.run_from)

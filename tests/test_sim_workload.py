@@ -1,0 +1,90 @@
+"""Bench workload: real curves and lengths, peak scaling, seeded reproducibility."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.sim.workload import (
+    DAY,
+    TRACES,
+    azure2023,
+    load_curve,
+    make_workload,
+    stationary_workload,
+)
+
+
+@pytest.mark.parametrize("name", sorted(TRACES))
+def test_every_trace_loads_with_positive_rates(name: str) -> None:
+    c = load_curve(name)
+    assert c.rate.size > 100 and np.all(c.rate > 0)
+    assert np.all(np.diff(c.t) > 0)
+
+
+def test_unknown_trace_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="azure-code-week"):
+        load_curve("nope")
+
+
+def test_azure_code_week_shape_matches_readme() -> None:
+    """traces/README.md: weekday peak/trough 10-13×, peak at 19-20 UTC."""
+    c = load_curve("azure-code-week")
+    day0 = (c.t < DAY) & (c.t >= 0)
+    hours = (c.t[day0] // 3600).astype(int)
+    hourly = np.array([c.rate[day0][hours == h].mean() for h in range(24)])
+    assert 8 < hourly.max() / hourly.min() < 15
+    assert int(np.argmax(hourly)) in (18, 19, 20)
+
+
+def test_scaled_peak_and_reproducible() -> None:
+    c = load_curve("azure-conv-week")
+    kw = {"start_s": DAY, "duration_s": 6 * 3600.0, "peak_rps": 3.0}
+    a = make_workload(c, rng=np.random.default_rng(5), **kw)  # type: ignore[arg-type]
+    b = make_workload(c, rng=np.random.default_rng(5), **kw)  # type: ignore[arg-type]
+    assert np.array_equal(a.arrival, b.arrival) and np.array_equal(a.prompt, b.prompt)
+    # Mean curve scaled to peak 3 req/s; the per-minute band modulates around it.
+    assert 0.5 * 3.0 < np.median(a.rate) < 3.0 * 1.2
+    counts = np.histogram(a.arrival, bins=np.arange(0, 6 * 3600 + 1, 600))[0] / 600
+    assert counts.max() < 3.0 * 1.6 and counts.mean() > 1.0
+    assert np.all(np.diff(a.arrival) >= 0)
+    i, j = a.arrivals(3600.0, 3660.0)
+    assert np.all((a.arrival[i:j] >= 3600) & (a.arrival[i:j] < 3660))
+
+
+def test_lengths_come_from_the_real_trace() -> None:
+    p, o, gaps = azure2023("conv")
+    w = stationary_workload("conv", 5.0, 600.0, np.random.default_rng(1))
+    assert set(zip(w.prompt.tolist(), w.output.tolist(), strict=True)) <= set(
+        zip(p.tolist(), o.tolist(), strict=True)
+    )
+    assert gaps.mean() == pytest.approx(1.0)
+    assert len(w) == pytest.approx(3000, rel=0.15)
+
+
+@pytest.mark.parametrize("burst", ["empirical", "poisson"])
+def test_arrival_rate_matches_the_target(burst: str) -> None:
+    w = stationary_workload("conv", 20.0, 1800.0, np.random.default_rng(2), burst=burst)  # type: ignore[arg-type]
+    assert len(w) / 1800.0 == pytest.approx(20.0, rel=0.1)
+
+
+def test_code_bursts_are_burstier_than_poisson() -> None:
+    emp = stationary_workload("code", 5.0, 3600.0, np.random.default_rng(3))
+    poi = stationary_workload("code", 5.0, 3600.0, np.random.default_rng(3), burst="poisson")
+
+    def cv(w: object) -> float:
+        c = np.bincount(w.arrival.astype(int), minlength=3600)  # type: ignore[attr-defined]
+        return float(c.std() / c.mean())
+
+    assert cv(emp) > 1.5 * cv(poi)
+
+
+def test_span_outside_the_trace_is_an_error() -> None:
+    with pytest.raises(ValueError, match="spans"):
+        make_workload(
+            load_curve("servegen-r1"),
+            start_s=0.0,
+            duration_s=3 * DAY,
+            peak_rps=1.0,
+            rng=np.random.default_rng(0),
+        )
