@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTO_OUT := scaler/_proto
 
-.PHONY: run test lint proto proto-check bench bench-week clean help
+.PHONY: run test lint proto proto-check bench bench-week bench-sim clean help
 
 help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
@@ -43,9 +43,18 @@ proto: $(STAMP)
 	  --plugin=protoc-gen-mypy_grpc=$(VENV)/bin/protoc-gen-mypy_grpc \
 	  protos/externalscaler.proto
 
+# Trace-driven pool simulator (docs/bench.md): 1 day, 64 GPUs, 4 GPUs/replica, 5 policies.
+SIM_DAY := bench/results/azure-code-week-1d-64gpu
+SIM_WEEK := bench/results/azure-code-week-7d-64gpu
+
 bench: $(STAMP)
+	$(PY) -m bench.simulate --jobs 2 --out $(SIM_DAY)
+
+bench-sim: $(STAMP)
+	$(PY) -m bench.simulate --jobs 2 --out $(SIM_DAY) $(ARGS)
 
 bench-week: $(STAMP)
+	$(PY) -m bench.simulate --jobs 2 --days 7 --out $(SIM_WEEK)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis
