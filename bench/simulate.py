@@ -20,6 +20,7 @@ from bench.sim.policies import POLICY_NAMES
 from bench.sim.report import write
 from bench.sim.scenario import Scenario, run_scenario
 from bench.sim.workload import TRACES
+from scaler.config import ConfigError
 
 
 class Bar:
@@ -56,6 +57,13 @@ def machine() -> str:
     )
 
 
+def _threshold(kv: str) -> tuple[str, float | str]:
+    key, sep, val = kv.partition("=")
+    if not sep:
+        raise ValueError(f"{kv!r} is not key=value")
+    return key.strip(), "auto" if val.strip() == "auto" else float(val)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n")[1])
     p.add_argument("--trace", default="azure-code-week", choices=sorted(TRACES))
@@ -67,13 +75,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
     p.add_argument("--reserve-gpus", type=int, default=4)
+    p.add_argument(
+        "--thresholds",
+        default="waitingPerReplica=5,kvCacheUsage=0.8,tokensPerSecondPerReplica=auto",
+        help="ours' thresholds (config keys); tokensPerSecondPerReplica=auto sizes it from "
+        "the calibrated capacity; 0 turns a signal off",
+    )
+    p.add_argument("--ours-hpa-tolerance", type=float, default=0.0)
     p.add_argument("--policies", default=",".join(POLICY_NAMES))
     p.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
     p.add_argument("--out", type=Path, default=None)
     a = p.parse_args(argv)
     if a.days <= 0 or a.pool_gpus < a.gpus_per_replica:
         p.error("--days must be > 0 and --pool-gpus >= --gpus-per-replica")
+    try:
+        th = tuple(_threshold(kv) for kv in a.thresholds.split(",") if kv)
+    except ValueError as e:
+        p.error(f"--thresholds: {e}")
     scn = Scenario(
+        ours_thresholds=th,
+        ours_hpa_tolerance=a.ours_hpa_tolerance,
         trace=a.trace,
         days=a.days,
         start_day=a.start_day,
@@ -90,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     policies = tuple(x for x in a.policies.split(",") if x)
     try:
         run = run_scenario(scn, policies, progress=Bar(), jobs=a.jobs)
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     data = write(run, out, command.strip(), machine())

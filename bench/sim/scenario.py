@@ -57,7 +57,15 @@ class Scenario:
     cold_start_s: float = 120.0
     warmup_s: float = 1800.0
     burst: Literal["empirical", "poisson"] = "empirical"
-    throughput_target_fraction: float = 0.9  # ours: tokens/s target = this × capacity
+    # Ours' thresholds (config keys); "auto" for tokensPerSecondPerReplica = the calibrated
+    # per-replica token throughput at the SLO × throughput_target_fraction; 0 = signal off.
+    ours_thresholds: tuple[tuple[str, float | str], ...] = (
+        ("waitingPerReplica", 5.0),
+        ("kvCacheUsage", 0.8),
+        ("tokensPerSecondPerReplica", "auto"),
+    )
+    throughput_target_fraction: float = 0.9
+    ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
 
@@ -126,6 +134,7 @@ def calibrate(scn: Scenario, kind: str) -> Calibration:
 
 def pool_config(scn: Scenario, cal: Calibration) -> Config:
     tps = scn.throughput_target_fraction * cal.per_replica_rps * cal.mean_tokens
+    thresholds = {k: (round(tps) if v == "auto" else v) for k, v in scn.ours_thresholds}
     return parse_config(
         {
             "pool": {
@@ -145,11 +154,7 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                     "minReplicas": 1,
                     "maxReplicas": scn.max_replicas,
                     "targets": {"static": ["127.0.0.1:8000"]},
-                    "thresholds": {
-                        "waitingPerReplica": 5,
-                        "kvCacheUsage": 0.8,
-                        "tokensPerSecondPerReplica": round(tps),
-                    },
+                    "thresholds": thresholds,
                     "scaleDown": {"stabilizationSeconds": 300},
                     "coldStartSeconds": scn.cold_start_s,
                 }
@@ -187,9 +192,9 @@ def make_policies(
     )
     need = oracle_need(w.rate_t, w.rate, t0, t1, cal.per_replica_rps, lead, 1, scn.max_replicas)
     cap = scn.pool_gpus
-    # Ours: the chart sets behavior tolerance 0 and no HPA scale-down window (the policy
-    # stabilizes itself); baselines get Kubernetes' defaults.
-    ours_hpa = HpaBehavior(tolerance=0.0, scale_down_stabilization_s=0.0)
+    # Ours: the chart sets behavior tolerance (default 0) and no HPA scale-down window (the
+    # policy stabilizes itself); baselines get Kubernetes' defaults.
+    ours_hpa = HpaBehavior(tolerance=scn.ours_hpa_tolerance, scale_down_stabilization_s=0.0)
     pols: dict[str, Policy] = {
         "ours": Ours("ours", cfg, cap, behavior=ours_hpa),
         "static-peak": StaticPeak(
@@ -209,6 +214,7 @@ def run_scenario(
     jobs: int = 1,
 ) -> ScenarioRun:
     curve = load_curve(scn.trace)
+    pool_config(scn, Calibration(1.0, 1, 1.0, 1.0, 0.0))  # bad thresholds fail before the work
     cal = calibrate(scn, curve.lengths)
     peak = cal.per_replica_rps * scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica
     t0, t1 = -scn.warmup_s, scn.days * DAY
