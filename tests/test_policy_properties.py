@@ -8,10 +8,11 @@ raising the target. Sizes are kept small so the whole file runs in a few seconds
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService
@@ -19,6 +20,8 @@ from scaler.load import ServiceLoad
 from scaler.policy import PolicyState, decide
 
 PROFILE = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Closed-loop simulations cost ~1-3k decisions per example.
+SIM_PROFILE = settings(PROFILE, max_examples=40)
 
 _SIGNAL_KEYS = (
     "waitingPerReplica",
@@ -181,16 +184,19 @@ def test_replicas_on_the_way_never_raise_the_target(
     extra_starting: int,
 ) -> None:
     state, now, _ = replay(svc, history)
-    more = replace(load, starting=load.starting + extra_starting)
-    if state is None or state.desired is None or more.current > state.desired:
-        return  # only replicas we asked for are "on the way"
+    assume(state is not None and state.desired is not None and state.desired >= 1)
+    assert state is not None and state.desired is not None
+    # Only replicas we asked for are "on the way": keep ready + starting <= previous target.
+    load = replace(load, ready=min(load.ready, state.desired), starting=0)
+    extra_starting = min(extra_starting, state.desired - load.ready)
+    more = replace(load, starting=extra_starting)
     base, _ = decide(svc, load, state, now + 5)
     with_more, _ = decide(svc, more, state, now + 5)
     assert with_more.desired is not None and base.desired is not None
     assert with_more.desired <= max(base.desired, state.desired)
 
 
-@PROFILE
+@SIM_PROFILE
 @given(
     svc=services(),
     waiting=st.floats(0, 300),
@@ -199,7 +205,7 @@ def test_replicas_on_the_way_never_raise_the_target(
     kv_skew=st.floats(1, 2),
     tokens=st.none() | st.floats(0, 40000),
     initial=st.integers(0, 20),
-    model_load_s=st.sampled_from([0, 5, 60, 240]),
+    model_load_s=st.sampled_from([0, 5, 60, 180]),
 )
 def test_constant_load_settles_without_oscillation(
     svc: InferenceService,
@@ -217,7 +223,8 @@ def test_constant_load_settles_without_oscillation(
     pods = [0.0] * initial  # time each pod becomes ready
     sd = svc.scaleDown
     horizon = sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt)
-    horizon += 8 * (model_load_s + dt) + 600
+    # KV saturates at 1.0, so a KV-driven ascent may add one replica per model load.
+    horizon += (svc.maxReplicas + 2) * (model_load_s + dt) + 600
     state: PolicyState | None = None
     seen: list[int | None] = []
     for i in range(int(horizon / dt)):
@@ -253,7 +260,7 @@ def test_constant_load_settles_without_oscillation(
     assert len(set(tail)) <= 1, f"not settled: {tail}"
 
 
-@PROFILE
+@SIM_PROFILE
 @given(
     svc=services(),
     demand=st.floats(0, 3000),  # requests in the service (running + waiting), constant
@@ -261,7 +268,7 @@ def test_constant_load_settles_without_oscillation(
     kv_per_request=st.floats(0.001, 0.2),
     tokens_per_request=st.none() | st.floats(1, 50),  # tok/s per running request
     initial=st.integers(0, 20),
-    model_load_s=st.sampled_from([0, 5, 60, 240]),
+    model_load_s=st.sampled_from([0, 5, 60, 180]),
 )
 def test_saturating_replicas_under_constant_demand_settle(
     svc: InferenceService,
@@ -282,7 +289,7 @@ def test_saturating_replicas_under_constant_demand_settle(
     pods = [0.0] * initial
     sd = svc.scaleDown
     horizon = 2 * (sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt))
-    horizon += 8 * (model_load_s + dt) + 900
+    horizon += (svc.maxReplicas + 2) * (model_load_s + dt) + 900
     per_replica = min(float(batch), 1.0 / kv_per_request)
     state: PolicyState | None = None
     seen: list[int | None] = []
@@ -332,3 +339,40 @@ def test_saturating_replicas_under_constant_demand_settle(
     values = [x for x in seen if x is not None]
     tail = values[-100:]
     assert len(set(tail)) <= 1, f"not settled: {tail}"
+
+
+_ANY_FLOAT = st.floats(allow_nan=True, allow_infinity=True)
+
+
+@PROFILE
+@given(
+    services(),
+    histories(),
+    st.integers(0, 20),
+    st.integers(0, 6),
+    _ANY_FLOAT,
+    _ANY_FLOAT,
+    _ANY_FLOAT,
+    _ANY_FLOAT,
+    st.none() | _ANY_FLOAT,
+)
+def test_garbage_numbers_never_crash_nor_lower(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    ready: int,
+    starting: int,
+    waiting: float,
+    running: float,
+    kv_mean: float,
+    kv_max: float,
+    tokens: float | None,
+) -> None:
+    state, now, _ = replay(svc, history)
+    load = ServiceLoad("svc", ready, starting, 0, waiting, running, kv_mean, kv_max, tokens, True)
+    d, _ = decide(svc, load, state, now + 5)
+    assert d.desired is None or svc.minReplicas <= d.desired <= svc.maxReplicas
+    finite = all(
+        math.isfinite(v) and v >= 0 for v in (waiting, running, kv_mean, kv_max, tokens or 0.0)
+    )
+    if not finite and state is not None and state.desired is not None:
+        assert d.desired is not None and d.desired >= state.desired
