@@ -82,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         "the calibrated capacity; 0 turns a signal off",
     )
     p.add_argument("--ours-hpa-tolerance", type=float, default=0.0)
+    p.add_argument(
+        "--adaptive-reserve",
+        type=int,
+        default=0,
+        metavar="MAX_GPUS",
+        help="enable pool.adaptiveReserve with this maxGPUs (ours only; default off)",
+    )
     p.add_argument("--policies", default=",".join(POLICY_NAMES))
     p.add_argument("--jobs", type=int, default=1, help="policies simulated in parallel")
     p.add_argument("--out", type=Path, default=None)
@@ -95,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     scn = Scenario(
         ours_thresholds=th,
         ours_hpa_tolerance=a.ours_hpa_tolerance,
+        adaptive_reserve_max_gpus=a.adaptive_reserve,
         trace=a.trace,
         days=a.days,
         start_day=a.start_day,

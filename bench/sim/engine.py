@@ -277,7 +277,8 @@ def simulate_policy(
             series.t.append(now)
             series.inference.append(cluster.held["inference"])
             series.research.append(cluster.held["research"])
-            series.reserve.append(policy.cfg.pool.reserveGPUs)
+            r_now = policy.reserve_now
+            series.reserve.append(policy.cfg.pool.reserveGPUs if r_now < 0 else r_now)
             series.replicas.append(spec_replicas)
             series.ready.append(sum(1 for r in replicas if r.state is RepState.READY))
             series.arrivals_per_s.append(rec_arrivals / tm.record_every_s)

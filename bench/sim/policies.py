@@ -60,6 +60,7 @@ class Policy:
     lends: bool = True
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
     slots: dict[str, int] = field(default_factory=dict)
+    reserve_now: int = -1  # GPUs the accounting keeps free now (-1: the configured floor)
 
     @property
     def svc_name(self) -> str:
@@ -138,11 +139,12 @@ class Ours(Policy):
             self.reserve = ReserveTracker(self.cfg.pool)
         need = max(decision.desired or 0, decision.current) * svc.gpusPerReplica
         self.reserve.observe(view.now, need)
+        self.reserve_now = self.reserve.reserve(view.now)
         _, research = split_pool(
             self.cfg,
             {svc.name: decision},
             Capacity(self.capacity_gpus),
-            self.reserve.reserve(view.now),
+            self.reserve_now,
             ready_for_research=True,  # the loop lends from its first complete cycle on
         )
         self.slots = {k: v.slots for k, v in research.items()}

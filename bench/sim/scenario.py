@@ -66,6 +66,7 @@ class Scenario:
     )
     throughput_target_fraction: float = 0.9
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
+    adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
 
@@ -141,6 +142,11 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                 "name": "sim",
                 "capacity": {"gpus": scn.pool_gpus},
                 "reserveGPUs": scn.reserve_gpus,
+                "adaptiveReserve": {
+                    "enabled": scn.adaptive_reserve_max_gpus > 0,
+                    "maxGPUs": scn.adaptive_reserve_max_gpus,
+                    "leadTimeSeconds": scn.cold_start_s + scn.timing.research_grace_s,
+                },
             },
             "scrape": {
                 "intervalSeconds": scn.timing.scrape_interval_s,
