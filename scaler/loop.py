@@ -23,6 +23,7 @@ from scaler.decision import Decision, PoolSplit, ResearchDecision, ServiceDecisi
 from scaler.discovery import Discovery, Endpoint
 from scaler.load import ServiceLoad
 from scaler.metrics import ScalerMetrics
+from scaler.policy import PolicyState
 from scaler.reserve import ReserveTracker
 from scaler.scrape import ScrapeJob, Scraper, ScrapeResult
 from scaler.snapshot import Snapshots
@@ -33,8 +34,8 @@ log = logging.getLogger("scaler.loop")
 
 class Decide(Protocol):
     def __call__(
-        self, svc: InferenceService, load: ServiceLoad, prev: object | None, now: float
-    ) -> tuple[ServiceDecision, object]: ...
+        self, svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float
+    ) -> tuple[ServiceDecision, PolicyState]: ...
 
 
 class SplitPool(Protocol):
@@ -80,7 +81,7 @@ class ControlLoop:
         self._clock = clock
         self._wall = wall_clock
         self._tracker = TargetTracker()
-        self._policy_state: dict[str, object] = {}
+        self._policy_state: dict[str, PolicyState] = {}
         self._seq = 0
         self._known: tuple[set[str], set[str]] = (set(), set())
         self._had_complete_cycle = False

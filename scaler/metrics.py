@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scaler.decision import Decision
@@ -98,6 +100,11 @@ class ScalerMetrics:
             self.starting.labels(name).set(s.starting)
             self.fresh.labels(name).set(1 if s.fresh else 0)
             for sig in s.signals:
+                if sig.abstain:  # no reading this cycle: drop the series, never show a fake 0
+                    with contextlib.suppress(KeyError):
+                        self.signal_value.remove(name, sig.signal)
+                        self.signal_replicas.remove(name, sig.signal)
+                    continue
                 self.signal_value.labels(name, sig.signal).set(sig.value)
                 self.signal_replicas.labels(name, sig.signal).set(sig.replicas)
         for name, r in d.research.items():
