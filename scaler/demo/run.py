@@ -450,7 +450,7 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
             world.desired = driver.answers.get(f"vllm-{SERVICE}", _NO_ANSWER).value
             config.flush()
             if world.now >= next_frame_t:  # a text capture of the view every trace hour
-                cap = Console(record=True, width=100, file=io.StringIO())
+                cap = Console(record=True, width=80, file=io.StringIO())
                 cap.print(render(frame(demo, driver, started, target)))
                 frames.append(cap.export_text())
                 next_frame_t += 3600.0
@@ -596,6 +596,7 @@ def main(argv: list[str]) -> int:
     p = parse_args(argv)
     con = Console()
     summary = asyncio.run(run(p, con))
+    con.print()
     con.print(summary_table(summary))
     for name in (
         "summary.json",
@@ -604,6 +605,7 @@ def main(argv: list[str]) -> int:
         "events.jsonl",
         "frames.txt",
         "pool.yaml",
+        "scaler.log",
     ):
         con.print(f"  {p.out / name}")
     if summary["interrupted"]:

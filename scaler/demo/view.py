@@ -53,7 +53,7 @@ class Frame:
     lag_s: float  # simulated seconds the simulation is behind the compressed clock
 
 
-def pool_bar(f: Frame, width: int = 64) -> Text:
+def pool_bar(f: Frame, width: int = 60) -> Text:
     """One character per GPU group: inference, research, preempted (grace), free."""
     scale = width / max(f.capacity, 1)
     parts = [
@@ -74,14 +74,12 @@ def pool_bar(f: Frame, width: int = 64) -> Text:
 
 def render(f: Frame) -> Panel:
     head = Text.assemble(
-        ("time of day ", "dim"),
         (f.clock, "bold"),
-        ("   requests ", "dim"),
-        (f"{f.rps:6.1f}/s", "bold"),
-        ("   queued ", "dim"),
-        (f"{f.waiting:5.0f}", ""),
-        ("   SLO (TTFT ≤ ", "dim"),
-        (f"{f.slo_ttft_s:g} s) ", "dim"),
+        ("  requests ", "dim"),
+        (f"{f.rps:5.1f}/s", "bold"),
+        ("  queued ", "dim"),
+        (f"{f.waiting:4.0f}", ""),
+        (f"  SLO TTFT≤{f.slo_ttft_s:g}s ", "dim"),
         ("–" if f.slo is None else f"{100 * f.slo:5.1f} %", "bold"),
     )
     inf = Table(box=None, pad_edge=False, show_edge=False, expand=False)
@@ -113,30 +111,32 @@ def render(f: Frame) -> Panel:
         (f"{f.inference_gpus}", "bold"),
         ("  █ research ", "green"),
         (f"{f.research_gpus}", "bold"),
-        ("  ▒ preempted, in grace ", "yellow"),
+        ("  ▒ in grace ", "yellow"),
         (f"{f.terminating_gpus}", "bold"),
         ("  · free ", "dim"),
         (f"{free}", "bold"),
-        (f"  (reserve {f.reserve})", "dim"),
+        (f"  reserve {f.reserve}", "dim"),
     )
     foot = Text.assemble(
-        ("research GPU-hours ", "dim"),
-        (f"{f.research_gpu_hours:7.1f}", "bold green"),
-        ("   preemptions ", "dim"),
+        ("research GPU-h ", "dim"),
+        (f"{f.research_gpu_hours:6.1f}", "bold green"),
+        ("  preemptions ", "dim"),
         (f"{f.preemptions}", "bold yellow"),
-        ("   gRPC calls ", "dim"),
+        ("  gRPC calls ", "dim"),
         (f"{f.grpc_calls}", "bold"),
-        ("   real ", "dim"),
-        (f"{f.real_s:5.0f} s", ""),
-        ("" if f.lag_s < 600 else f"   (simulation {f.lag_s / 60:.0f} min behind)", "red"),
+        ("  real ", "dim"),
+        (f"{f.real_s:4.0f} s", ""),
     )
+    if f.lag_s >= 600:
+        foot.append(f"\nsimulation {f.lag_s / 60:.0f} trace-min behind (CPU busy)", style="red")
     if f.scaler_error:
         foot.append(f"\nscaler: {f.scaler_error}", style="red")
     body = Group(head, Text(), inf, Text(), res, Text(), pool_bar(f), legend, Text(), foot)
     return Panel(
         body,
-        title=f"gpu-pool-scaler demo — pool of {f.capacity} GPUs",
-        subtitle=f"day {100 * f.day_fraction:3.0f} % done — Ctrl-C stops and writes the summary",
+        title=f"gpu-pool-scaler demo — {f.capacity} GPUs — time of day {f.clock}",
+        subtitle=f"{100 * f.day_fraction:3.0f} % of the day — Ctrl-C stops, summary still written",
+        width=78,
     )
 
 
@@ -191,8 +191,11 @@ def plot_pool(
     title: str,
 ) -> None:
     """Stacked pool split over the day, request rate on a second axis."""
+    import logging
+
     import matplotlib
 
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # font cache notices
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
