@@ -83,6 +83,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--ours-hpa-tolerance", type=float, default=0.0)
     p.add_argument(
+        "--ours-scale-down",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="ours' scaleDown.stabilizationSeconds",
+    )
+    p.add_argument(
+        "--ours-rate-window",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="what-if: ours reads tokens/s over this window (the server: one scrape, 5 s)",
+    )
+    p.add_argument(
         "--adaptive-reserve",
         type=int,
         default=0,
@@ -103,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         ours_thresholds=th,
         ours_hpa_tolerance=a.ours_hpa_tolerance,
         adaptive_reserve_max_gpus=a.adaptive_reserve,
+        ours_rate_window_s=a.ours_rate_window,
+        ours_scale_down_s=a.ours_scale_down,
         trace=a.trace,
         days=a.days,
         start_day=a.start_day,

@@ -21,6 +21,7 @@ so the harvest columns compare the inference side only. `static-peak` lends noth
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -109,25 +110,31 @@ class Ours(Policy):
     state: PolicyState | None = None
     desired: int | None = None
     reserve: ReserveTracker | None = None
-    _last: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    # Tokens/s over this window; the server's tracker uses consecutive scrapes (5 s), which
+    # is what the default reproduces. Longer windows are a what-if for the policy's design.
+    rate_window_s: float = 5.0
+    _hist: dict[int, deque[tuple[float, float, float]]] = field(default_factory=dict)
     _cycles: int = 0
 
     def control(self, view: PoolView) -> None:
         svc = self.cfg.inference[0]
         states: list[TargetState] = []
-        seen = {}
+        seen: dict[int, deque[tuple[float, float, float]]] = {}
         for row, s in view.samples.items():
             tokens = (s.prompt_tokens_total or 0.0) + (s.generation_tokens_total or 0.0)
             start = s.process_start_seconds or 0.0
-            prev = self._last.get(row)
+            hist = self._hist.get(row, deque())
+            while hist and (hist[0][1] != start or hist[0][0] < view.now - self.rate_window_s):
+                hist.popleft()  # other process (restart) or older than the rate window
             rate = None
-            if prev is not None and prev[0] == start and view.now > prev[1] and tokens >= prev[2]:
-                rate = (tokens - prev[2]) / (view.now - prev[1])
-            seen[row] = (start, view.now, tokens)
+            if hist and view.now > hist[0][0]:
+                rate = (tokens - hist[0][2]) / (view.now - hist[0][0])
+            hist.append((view.now, start, tokens))
+            seen[row] = hist
             states.append(
                 TargetState(f"replica-{row}", TargetPhase.SERVING, s, view.now, None, rate)
             )
-        self._last = seen
+        self._hist = seen
         states.extend(
             TargetState(f"starting-{i}", TargetPhase.STARTING, None, None)
             for i in range(view.starting)

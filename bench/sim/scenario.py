@@ -66,6 +66,8 @@ class Scenario:
     )
     throughput_target_fraction: float = 0.9
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
+    ours_scale_down_s: float = 300.0  # inference scaleDown.stabilizationSeconds (default)
+    ours_rate_window_s: float = 5.0  # what-if: tokens/s over a longer window than 1 scrape
     adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
@@ -161,7 +163,7 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                     "maxReplicas": scn.max_replicas,
                     "targets": {"static": ["127.0.0.1:8000"]},
                     "thresholds": thresholds,
-                    "scaleDown": {"stabilizationSeconds": 300},
+                    "scaleDown": {"stabilizationSeconds": scn.ours_scale_down_s},
                     "coldStartSeconds": scn.cold_start_s,
                 }
             ],
@@ -202,7 +204,7 @@ def make_policies(
     # policy stabilizes itself); baselines get Kubernetes' defaults.
     ours_hpa = HpaBehavior(tolerance=scn.ours_hpa_tolerance, scale_down_stabilization_s=0.0)
     pols: dict[str, Policy] = {
-        "ours": Ours("ours", cfg, cap, behavior=ours_hpa),
+        "ours": Ours("ours", cfg, cap, behavior=ours_hpa, rate_window_s=scn.ours_rate_window_s),
         "static-peak": StaticPeak(
             "static-peak", cfg, cap, uses_hpa=False, lends=False, replicas=static_n
         ),
