@@ -164,6 +164,14 @@ class Scraper:
         headers: dict[str, str] | None = None,
     ) -> ScrapeResult:
         """Scrape one target. `deadline` (event-loop time) caps waiting for a slot too."""
+        if "/" in job.address:  # discovery's placeholder for a pod without an IP yet
+            now = self._clock()
+            result = ScrapeResult(
+                job, None, "no address yet (pod starting)", now, 0.0, "connect_error"
+            )
+            if self._observe is not None:
+                self._observe(result)
+            return result
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + self._cycle_timeout_s

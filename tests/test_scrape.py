@@ -288,3 +288,15 @@ async def test_many_targets_share_one_deadline(
         )
     assert [r.outcome for r in results] == ["ok"] * 8
     assert all(s.requests == 1 for s in servers)
+
+
+async def test_pod_without_ip_is_not_dialed() -> None:
+    calls: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(200, content=REAL)
+
+    async with _mock(handler) as client:
+        (res,) = await Scraper(client, timeout_s=1).scrape_all([ScrapeJob("serving/pod-a")])
+    assert calls == [] and res.outcome == "connect_error" and res.sample is None
