@@ -97,15 +97,31 @@ def test_kv_admission_request_waits_until_it_fits() -> None:
     rep = Replica(small_kv_spec(5000))
     a = rep.submit(prompt=3000, output=20)  # 20 decode tokens ≈ 0.6 s
     b = rep.submit(prompt=3000, output=1)
-    rep.step(0.5)
+    rep.step(1.0)
+    assert not math.isnan(rep.log.first_token[a])  # a's prefill is done: budget is free
     s = rep.sample()
-    assert (s.running, s.waiting) == (1, 1)  # 3000 + 3000 > 0.99 × 5000
+    assert (s.running, s.waiting) == (1, 1)  # b still waits: 3000 + 3020 > 0.99 × 5000
     assert s.kv_usage_mean == pytest.approx(float(np.sum(rep.pool.ctx[0])) / 5000, rel=1e-3)
-    for _ in range(4):
-        rep.step(0.5)
+    for _ in range(3):
+        rep.step(1.0)
     assert not math.isnan(rep.log.finished[a])
     assert rep.log.admitted[b] == pytest.approx(rep.log.finished[a])  # next step after a
     assert rep.log.first_token[b] > rep.log.finished[a]
+
+
+def test_prefill_backlog_stays_waiting_like_vllm_v1() -> None:
+    """A burst of 10 × 2000-token prompts: only what one second of 2048-token chunks can
+    start is scheduled (running); the rest shows in num_requests_waiting."""
+    rep = Replica(ReplicaSpec())
+    for _ in range(10):
+        rep.submit(prompt=2000, output=50)
+    chunk_s = prefill_pass_s(2048, 389.473)  # profile row: 2048 tokens -> 389.473 ms
+    rep.pool._admit(0.0, 1.0)
+    s = rep.sample()
+    startable = 2048 / chunk_s  # prefill tokens one second can start
+    assert s.running == math.ceil(startable / 2000)
+    assert s.waiting == 10 - s.running
+    assert rep.log.admitted[0] == 0.0 and math.isnan(rep.log.admitted[9])
 
 
 def test_prompt_larger_than_the_kv_cache_is_an_error() -> None:

@@ -5,9 +5,11 @@ numpy arrays (slot = one of `max_num_seqs` sequences) and advances all of them b
 (1 s in the bench) in a handful of array operations. Within a step the engine is a fluid
 model of vLLM's scheduler:
 
-* Admission (start of step, FIFO): a waiting request enters the batch when a slot is free
-  and its prompt fits in the free KV cache (prompt tokens are reserved at admission; the
-  cache then grows by one token per generated token). Otherwise it waits: queue time.
+* Admission (start of step, FIFO), as vLLM V1 schedules: a waiting request becomes
+  running when its prefill can start within this step's token budget, a batch slot is
+  free and its prompt fits in the free KV cache (prompt tokens are reserved at admission;
+  the cache then grows by one token per generated token). Otherwise it waits: queue time
+  and `num_requests_waiting` show prefill backlog as in vLLM.
 * Each forward pass carries one token per decoding sequence plus a prefill chunk of up to
   `max_num_batched_tokens − decoders` tokens (chunked prefill), prompts served FIFO. Pass
   time comes from `ReplicaSpec.iteration_s` (measured linear layers + analytic attention).
@@ -184,7 +186,11 @@ class ReplicaPool:
             raise ValueError(f"replica row {row} is not running")
         self.queues[row].extend(rids)
 
-    def _admit(self, now: float) -> None:
+    def _admit(self, now: float, dt: float) -> None:
+        """Waiting -> running, FIFO, as vLLM V1's scheduler does: a request is scheduled
+        (counted as running) only once its prefill can start within this step's token
+        budget, and only if a batch slot is free and its prompt fits in the KV cache.
+        Everything behind it stays waiting (`num_requests_waiting`, queue time)."""
         log = self.log
         s = self.spec.max_num_seqs
         hr = self._hr
@@ -205,9 +211,19 @@ class ReplicaPool:
         cum = np.cumsum(need)
         first = np.concatenate(([0], np.cumsum(counts)[:-1]))
         cum_in_row = cum - np.repeat(cum[first] - need[first], counts)
-        ok = cum_in_row <= kv_free[seg]  # FIFO: the first request that does not fit blocks
+        # Prefill tokens this step can start: (budget - decoders) per full-chunk pass.
+        hc = self._hc
+        tok = float(self.spec.max_num_batched_tokens)
+        n_dec = (self.act[rows_a, :hc] & (self.pre[rows_a, :hc] <= 0)).sum(axis=1)
+        p_before = self.pre[rows_a, :hc].sum(axis=1)
+        room_tok = np.maximum(tok - n_dec, 1.0)
+        t_full = self.spec.iteration_s(n_dec + room_tok, 0.0, room_tok, tok / 2)
+        budget = room_tok * dt / t_full
+        starts = p_before[seg] + cum_in_row - need < budget[seg]
+        # FIFO: the first request that does not fit (KV) or cannot start (budget) blocks.
+        ok = (cum_in_row <= kv_free[seg]) & starts
         k = np.bincount(seg[ok], minlength=len(rows))
-        blocked = (k == 0) & (self.nact[rows_a] == 0) & (need[first] > room)
+        blocked = (k == 0) & (self.nact[rows_a] == 0) & (need[first] > room)  # never fits
         if blocked.any():
             i = int(cand[first[np.flatnonzero(blocked)[0]]])
             raise ValueError(f"request {i} needs {log.need[i]:.0f} KV tokens > {room:.0f}")
@@ -239,7 +255,7 @@ class ReplicaPool:
 
     def step(self, now: float, dt: float) -> None:
         """Advance every running replica from `now` to `now + dt`."""
-        self._admit(now)
+        self._admit(now, dt)
         if not self.nact.any():
             return
         spec, log = self.spec, self.log
