@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTO_OUT := scaler/_proto
 
-.PHONY: run test lint proto proto-check bench bench-week bench-sim clean help
+.PHONY: run test lint proto proto-check bench bench-week bench-sim bench-load clean help
 
 help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
@@ -14,6 +14,7 @@ help:
 	@echo "make lint   - ruff + mypy"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - default benchmarks (results under bench/results/)"
+	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -52,6 +53,11 @@ bench: $(STAMP)
 
 bench-sim: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --out $(SIM_DAY) $(ARGS)
+
+# Service under load (docs/operations.md): targets, scaler and KEDA clients as separate
+# processes; results in bench/results/load-*.md. Not part of `make test`.
+bench-load: $(STAMP)
+	$(PY) -m bench.load $(ARGS)
 
 bench-week: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 --out $(SIM_WEEK)
