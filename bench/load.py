@@ -340,7 +340,9 @@ def histogram_quantile(m: dict[Any, float], name: str, q: float, **labels: str) 
     return next(le for le, c in buckets if c >= want)
 
 
-def write_config(path: Path, addresses: list[str], interval: float) -> tuple[int, int]:
+def write_config(
+    path: Path, addresses: list[str], interval: float, max_concurrency: int = 64
+) -> tuple[int, int]:
     import yaml
 
     per = 5
@@ -351,6 +353,7 @@ def write_config(path: Path, addresses: list[str], interval: float) -> tuple[int
             "intervalSeconds": interval,
             "timeoutSeconds": min(2.0, interval),
             "staleAfterSeconds": max(30.0, 3 * interval),
+            "maxConcurrency": max_concurrency,
         },
         "inference": [
             {
@@ -411,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scrape-seconds", type=float, default=60.0, help="phase 1 length")
     ap.add_argument("--grpc-seconds", type=float, default=60.0, help="phase 2 length")
     ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument(
+        "--max-concurrency", type=int, default=64, help="scrape.maxConcurrency (default 64)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="results file (Markdown)")
     ap.add_argument("--seed", type=int, default=1)
     # Internal roles (the bench starts itself as these).
@@ -473,7 +479,9 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
             progress.update(setup, advance=1, info=f"{len(addresses)} targets")
 
             cfg_path = tmp / "pool.yaml"
-            n_services, n_classes = write_config(cfg_path, addresses, args.interval)
+            n_services, n_classes = write_config(
+                cfg_path, addresses, args.interval, args.max_concurrency
+            )
             grpc_port, metrics_port = free_port(), free_port()
             log_path = tmp / "scaler.log"
             log_file = log_path.open("w")
@@ -759,7 +767,8 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
         f"after: {'/'.join(f'{x:.2f}' for x in load_after)} (the machine is shared; targets, "
         "clients and scaler are separate processes on the same 2 cores)",
         f"* Phases: {args.scrape_seconds:g} s scrape only, then {args.grpc_seconds:g} s scrape "
-        f"+ gRPC ({args.client_procs} client processes, {args.streams} StreamIsActive streams)",
+        f"+ gRPC ({args.client_procs} client processes, {args.streams} StreamIsActive streams); "
+        f"scrape.maxConcurrency {args.max_concurrency}",
         "",
         "| figure | value | target | |",
         "|---|---|---|---|",
