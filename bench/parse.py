@@ -9,6 +9,7 @@ both readings give identical values for the families the policy uses (exit 1 if 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -58,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"file: {args.file} ({len(text)} bytes, {text.count(chr(10))} lines)")
     print(
-        f"machine: {platform.machine()} {platform.python_implementation()} "
-        f"{platform.python_version()}"
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}"
     )
     print(f"values identical: {ours}")
     print(f"ours (scaler.exposition.read_sample): {t_ours * 1e6:.1f} us")

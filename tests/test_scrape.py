@@ -21,7 +21,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from scaler.config import ScrapeConfig
-from scaler.scrape import BearerToken, ScrapeJob, Scraper, ScrapeResult, make_client
+from scaler.scrape import (
+    BearerToken,
+    PerTargetTransport,
+    ScrapeJob,
+    Scraper,
+    ScrapeResult,
+    make_client,
+)
 from tests.conftest import FIXTURES, ExpositionServer
 
 REAL = (FIXTURES / "metrics_after_load.txt").read_bytes()
@@ -300,3 +307,20 @@ async def test_pod_without_ip_is_not_dialed() -> None:
     async with _mock(handler) as client:
         (res,) = await Scraper(client, timeout_s=1).scrape_all([ScrapeJob("serving/pod-a")])
     assert calls == [] and res.outcome == "connect_error" and res.sample is None
+
+
+async def test_per_target_pools_are_reused_and_idle_ones_evicted(
+    exposition_server: Callable[..., ExpositionServer],
+) -> None:
+    servers = [exposition_server(lambda: (200, REAL)) for _ in range(3)]
+    now = [0.0]
+    transport = PerTargetTransport(idle_evict_s=60, clock=lambda: now[0])
+    async with httpx.AsyncClient(transport=transport) as client:
+        scraper = Scraper(client, timeout_s=2)
+        for _ in range(2):  # keep-alive: the second cycle reuses the three pools
+            results = await scraper.scrape_all([ScrapeJob(s.address) for s in servers])
+            assert [r.outcome for r in results] == ["ok"] * 3
+        assert len(transport) == 3
+        now[0] = 61.0  # two targets went away (scaled down); one is still scraped
+        (res,) = await scraper.scrape_all([ScrapeJob(servers[0].address)])
+        assert res.outcome == "ok" and len(transport) == 1
