@@ -16,7 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from scaler.demo.cluster import ClassSpec, Cluster, JobPhase, PodPhase, ServiceSpec
+from bench.sim.kube import JobState, ResearchClassSpec
+from scaler.demo.cluster import DemoCluster, RepState
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.run import parse_args, run
 from scaler.exposition import read_sample
@@ -26,92 +27,109 @@ REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-# ---- the simulated cluster -----------------------------------------------------------------
-def make_cluster(capacity: int = 16, grace: float = 60.0) -> Cluster:
-    return Cluster(
-        capacity,
-        [ServiceSpec("chat", 4, cold_start_s=100.0)],
-        [ClassSpec("train", 4, (1e6, 1e6), 300.0), ClassSpec("eval", 1, (1e6, 1e6), 300.0)],
-        grace_s=grace,
+# ---- the simulated cluster (bench.sim.kube underneath) ----------------------------------
+CLASSES = {
+    "eval": ResearchClassSpec("eval", 1, median_hours=100.0, sigma=0.0, checkpoint_s=600.0),
+    "finetune": ResearchClassSpec("finetune", 4, median_hours=100.0, sigma=0.0, checkpoint_s=600.0),
+}
+GRACE_S, COLD_S, STARTUP_S = 60.0, 100.0, 10.0
+
+
+def make_cluster(pool_gpus: int = 16) -> DemoCluster:
+    return DemoCluster(
+        pool_gpus=pool_gpus,
+        gpus_per_node=8,
+        service="chat",
+        gpus_per_replica=4,
+        min_replicas=1,
+        max_replicas=8,
+        cold_start_s=COLD_S,
+        classes=list(CLASSES.values()),
+        grace_s=GRACE_S,
+        startup_s=STARTUP_S,
+        seed=0,
     )
 
 
 @pytest.mark.parametrize(
-    ("train", "evals", "scale_to", "want_preempted", "want_research_left"),
+    ("research_class", "jobs", "want_preempted"),
     [
-        # 16 GPUs: 1 replica (4) + 2 train (8) + 4 eval (4) = 16; +1 replica needs 4 GPUs.
-        pytest.param(2, 4, 2, 4, 8, id="newest-evals-evicted-first"),
-        # +2 replicas need 8: all 4 evals (newest), then one train.
-        pytest.param(2, 4, 3, 5, 4, id="evicts-only-what-is-needed"),
-        # Room left: no eviction.
-        pytest.param(1, 0, 3, 0, 4, id="fits-without-preemption"),
+        # 2 nodes × 8 GPUs: 1 replica (4) + 12 one-GPU Jobs fill them; +1 replica needs 4
+        # GPUs on one node: the 4 Jobs beside the replica go.
+        pytest.param("eval", 12, 4, id="four-1-gpu-jobs-on-one-node"),
+        pytest.param("finetune", 3, 1, id="one-4-gpu-job"),
+        pytest.param("finetune", 2, 0, id="fits-without-preemption"),
     ],
 )
-def test_inference_preempts_newest_research_pods_only_as_needed(
-    train: int, evals: int, scale_to: int, want_preempted: int, want_research_left: int
+def test_scale_up_preempts_research_which_is_recreated_not_lost(
+    research_class: str, jobs: int, want_preempted: int
 ) -> None:
     c = make_cluster()
-    c.add_ready("chat", 1, 0.0)
-    c.create_jobs("train", train, 0.0)
+    assert len(c.start_with(1, 0.0)) == 1
+    assert c.scaled_job_poll(research_class, float(jobs), 0.0) == jobs
     c.step(0.0, 10.0)
-    c.create_jobs("eval", evals, 10.0)  # started after the train Jobs: newer
-    assert c.research_gpus(JobPhase.RUNNING) == 4 * train + evals
+    assert c.jobs_in(JobState.RUNNING) == jobs
 
-    c.scale("chat", scale_to, 20.0, why="test")
+    c.hpa_sync(2.0, 1.0, 20.0, why="GetMetrics=2")  # the HPA: 2 replicas
+    c.step(20.0, 10.0)
     assert c.preemptions == want_preempted
-    assert c.research_gpus(JobPhase.RUNNING) == want_research_left
-    # Preempted pods keep their GPUs for the grace period; the new replica waits.
-    if want_preempted:
-        assert c.count("chat", PodPhase.PENDING) > 0
-        c.step(20.0, 30.0)
-        assert c.count("chat", PodPhase.PENDING) > 0, "bound before the grace period ended"
-        c.step(50.0, 30.0)  # grace (60 s) over at 80 s
-    assert c.count("chat", PodPhase.PENDING) == 0
-    assert c.count("chat", PodPhase.STARTING) == scale_to - 1
-    # Preempted Jobs are not lost: pending again (re-created pod), never deleted.
-    assert c.unfinished("train") == train and c.unfinished("eval") == evals
-    assert c.inference_gpus() + c.research_gpus() <= c.capacity
+    assert c.jobs_in(JobState.EVICTED) == want_preempted
+    if want_preempted:  # victims keep their GPUs for the grace period; the replica waits
+        assert c.count(RepState.PENDING) == 1
+        c.step(30.0, 40.0)
+        assert c.count(RepState.PENDING) == 1, "bound before the grace period ended"
+        c.step(70.0, 20.0)
+    assert c.count(RepState.PENDING) == 0 and c.count(RepState.LOADING) == 1
+    ready = c.step(90.0, COLD_S + 50.0)
+    assert len(ready) == 1 and c.count(RepState.READY) == 2
+    # Preempted Jobs are pending again (pod re-created), never deleted.
+    assert c.unfinished(research_class) == jobs
+    assert c.jobs_in(JobState.PENDING) == want_preempted
+    assert c.inference_gpus() + c.research_gpus() <= 16
 
 
-def test_research_never_preempts_and_waits_for_free_gpus() -> None:
-    c = make_cluster(capacity=8)
-    c.add_ready("chat", 1, 0.0)
-    c.create_jobs("train", 2, 0.0)  # only one fits
-    assert (c.jobs_in(JobPhase.RUNNING), c.jobs_in(JobPhase.PENDING)) == (1, 1)
-    assert c.count("chat", PodPhase.READY) == 1 and c.preemptions == 0
-
-
-def test_lost_work_is_what_came_after_the_last_checkpoint() -> None:
-    c = make_cluster(capacity=8)
-    c.add_ready("chat", 1, 0.0)
-    c.create_jobs("train", 1, 0.0)
-    for t in range(0, 400, 10):  # checkpoints every 300 s; preempted at 400 s
-        c.step(float(t), 10.0)
-    c.scale("chat", 2, 400.0, why="test")
-    assert c.preemptions == 1
-    assert c.lost_gpu_s == pytest.approx(4 * 100.0)
+def test_scaled_job_creates_the_difference_and_never_deletes() -> None:
+    c = make_cluster(pool_gpus=64)
+    c.start_with(1, 0.0)
+    created = [c.scaled_job_poll("eval", m, float(t)) for t, m in enumerate((5.0, 2.0, 0.0, 7.0))]
+    assert created == [5, 0, 0, 2]
+    assert c.unfinished("eval") == 7
 
 
 @pytest.mark.parametrize(
-    ("ready", "pending_extra", "scale_to", "want_draining"),
+    ("start", "metric", "want"),
     [
-        pytest.param(3, 0, 1, 2, id="ready-pods-drain"),
-        pytest.param(2, 1, 2, 0, id="pending-pod-removed-first"),
+        pytest.param(1, 10.0, 5, id="up-limited-to-plus-4"),
+        pytest.param(4, 20.0, 8, id="up-limited-to-max"),
+        pytest.param(3, 3.0, 3, id="equal-holds"),
+        pytest.param(6, 2.0, 2, id="down-at-once"),
+        pytest.param(2, 0.0, 1, id="min-replicas"),
     ],
 )
-def test_scale_down_removes_pending_before_ready(
-    ready: int, pending_extra: int, scale_to: int, want_draining: int
+def test_hpa_follows_the_metric_with_the_charts_behavior(
+    start: int, metric: float, want: int
 ) -> None:
-    c = make_cluster(capacity=4 * ready)  # no room for the extra pod: it stays Pending
-    c.add_ready("chat", ready, 0.0)
-    c.scale("chat", ready + pending_extra, 0.0, why="test")
-    removed = c.scale("chat", scale_to, 1.0, why="test")
-    assert len(removed) == want_draining
-    assert c.count("chat", PodPhase.TERMINATING) == want_draining
-    assert c.count("chat", PodPhase.PENDING) == 0
-    for pod in removed:
-        c.pod_gone(pod, 2.0)
-    assert c.inference_gpus() == 4 * scale_to
+    c = make_cluster(pool_gpus=64)
+    c.start_with(start, 0.0)
+    draining = c.hpa_sync(metric, 1.0, 100.0, why="test")
+    assert c.spec_replicas == want
+    # A scale-down drains the newest Ready replicas; their GPUs stay held until `gone`.
+    assert len(draining) == max(0, start - want)
+    held = c.inference_gpus()
+    for rep in draining:
+        c.gone(rep, 101.0)
+    assert c.inference_gpus() == held - 4 * len(draining)
+
+
+def test_preempted_job_loses_only_work_since_its_last_checkpoint() -> None:
+    c = make_cluster(pool_gpus=8)
+    c.start_with(1, 0.0)
+    c.scaled_job_poll("finetune", 1.0, 0.0)
+    c.step(0.0, 1.0)  # bound at 1 s, useful work from 11 s
+    c.hpa_sync(2.0, 1.0, 1000.0, why="test")
+    c.step(1000.0, 1.0)  # preempted at 1001 s: 990 s of work, one 600 s checkpoint kept
+    assert c.preemptions == 1
+    assert c.ledger.lost_gpu_s == pytest.approx(4 * 390.0)
 
 
 # ---- one replica's /metrics --------------------------------------------------------------

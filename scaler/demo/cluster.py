@@ -1,297 +1,273 @@
-"""A simulated Kubernetes GPU pool in simulated time: one Deployment per inference service,
-research Jobs created by a ScaledJob, and the scheduler's priority preemption. No I/O.
+"""The simulated Kubernetes side of the demo, in simulated time, built from the bench's
+emulation (`bench.sim.kube`): nodes and the scheduler with priority preemption, the HPA,
+KEDA's ScaledJob controller, research Jobs that checkpoint and lose unsaved work when
+preempted. This module only keeps the demo's state around them (one inference Deployment
+whose Ready pods are served by replica processes, the Jobs of each class) and the events
+the demo records. It does no I/O and reads no clock.
 
-What it models (DESIGN.md, "Giving GPUs back"):
-* Deployment scale: new pods are Pending until GPUs are free, then load the model for
-  `cold_start_s` (Starting) and become Ready. Scale-down removes Pending, then Starting,
-  then the newest Ready pods (ReplicaSet ranking); a removed Ready pod drains (Terminating)
-  and holds its GPUs until the caller says it is gone (`pod_gone`).
-* Research Jobs (KEDA ScaledJob, default strategy): created by the driver, never deleted by
-  it; a Job runs when its GPUs are free, finishes after its work, checkpoints every
-  `checkpoint_s`.
-* Priority preemption: inference pods outrank research pods. A Pending inference pod that
-  does not fit evicts the newest running research pods; they keep their GPUs for the
-  termination grace period, then the Job's pod is re-created Pending (podFailurePolicy
-  ignores DisruptionTarget) and the work since its last checkpoint is lost. Research pods
-  never preempt (`preemptionPolicy: Never`) and do not take GPUs an inference pod waits for.
+Lifecycle, as in the bench's engine:
+* Deployment: a new pod is Pending until the scheduler binds it (possibly after
+  preempting research pods, which keep their GPUs for the grace period), loads the model
+  for `cold_start_s`, then is Ready. Scale-down removes unscheduled, then loading, then
+  the newest Ready pods; a Ready pod drains and is deleted once idle (`gone`).
+* Research Jobs: created by the ScaledJob controller (never deleted by it), run once
+  bound (after `startup_s` of non-useful start-up), complete after their work; a preempted
+  Job keeps its whole checkpoints and its pod is re-created Pending once the old pod is gone.
 """
 
 from __future__ import annotations
 
-import itertools
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-
-class PodPhase(Enum):
-    PENDING = "Pending"  # not scheduled: no free GPUs
-    STARTING = "Starting"  # scheduled, loading the model (cold start)
-    READY = "Ready"  # serving
-    TERMINATING = "Terminating"  # removed by a scale-down, draining its requests
-
-
-class JobPhase(Enum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    TERMINATING = "Terminating"  # preempted: checkpointing within the grace period
-
-
-@dataclass
-class Pod:
-    id: int
-    service: str
-    gpus: int
-    phase: PodPhase
-    created_at: float
-    ready_at: float | None = None  # when it became (or will become) Ready
-    address: str | None = None  # host:port of /metrics, set by the owner when Ready
+from bench.sim.kube import (
+    INFERENCE_PRIORITY,
+    RESEARCH_PRIORITY,
+    Backlog,
+    Cluster,
+    Hpa,
+    HpaBehavior,
+    JobState,
+    Ledger,
+    Pod,
+    ResearchClassSpec,
+    ResearchJob,
+    ScaledJobController,
+    complete_job,
+    preempt_job,
+)
 
 
-@dataclass
-class Job:
-    id: int
-    research_class: str
-    gpus: int
-    work_s: float  # GPU-seconds of work per GPU (wall seconds when running)
-    checkpoint_s: float
-    phase: JobPhase = JobPhase.PENDING
-    done_s: float = 0.0  # work done since the start, including unsaved work
-    saved_s: float = 0.0  # work covered by the last checkpoint
-    started_at: float | None = None  # of the current pod
-    gone_at: float | None = None  # end of the grace period when Terminating
-    preemptions: int = 0
+class RepState(Enum):
+    PENDING = "pending"  # not scheduled: no free GPUs (yet)
+    LOADING = "loading"  # bound, loading the model
+    READY = "ready"  # serving
+    DRAINING = "draining"  # removed by a scale-down, finishing its requests
+
+
+@dataclass(eq=False)
+class InfReplica:
+    pod: Pod
+    created: float
+    state: RepState = RepState.PENDING
+    ready_at: float = math.inf
+    row: int = -1  # replica-model row while Ready or draining
+    address: str | None = None  # host:port of its /metrics while it runs
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    t: float  # simulated seconds since the start of the day
-    kind: str  # scale | pod-ready | pod-gone | jobs-created | job-started | preempt | job-done
+    t: float  # simulated seconds since the start of the run
+    kind: str  # scale | replica-ready | replica-gone | jobs-created | preempt | job-done
     subject: str
     detail: dict[str, float | int | str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceSpec:
-    name: str
-    gpus_per_replica: int
-    cold_start_s: float
+# The chart's HPA behavior (charts/gpu-pool-scaler/values.yaml): tolerance 0, no HPA
+# stabilization (the scaler stabilizes), up by max(+100 %, +4 pods) per 15 s.
+CHART_HPA = HpaBehavior(
+    tolerance=0.0,
+    scale_up_stabilization_s=0.0,
+    scale_down_stabilization_s=0.0,
+    scale_up_pods=4,
+    scale_up_percent=100.0,
+    scale_down_percent=100.0,
+    period_s=15.0,
+)
 
 
-@dataclass(frozen=True, slots=True)
-class ClassSpec:
-    name: str
-    gpus_per_job: int
-    work_s: tuple[float, float]  # uniform range of a Job's run time (s)
-    checkpoint_s: float
-
-
-@dataclass
-class Transitions:
-    """What changed in one `step`, for the owner to act on (start/stop replica processes)."""
-
-    ready: list[Pod] = field(default_factory=list)
-
-
-class Cluster:
+class DemoCluster:
     def __init__(
         self,
-        capacity_gpus: int,
-        services: list[ServiceSpec],
-        classes: list[ClassSpec],
         *,
+        pool_gpus: int,
+        gpus_per_node: int,
+        service: str,
+        gpus_per_replica: int,
+        min_replicas: int,
+        max_replicas: int,
+        cold_start_s: float,
+        classes: Sequence[ResearchClassSpec],
         grace_s: float,
+        startup_s: float,
+        seed: int,
+        hpa: HpaBehavior = CHART_HPA,
     ) -> None:
-        self.capacity = capacity_gpus
-        self.services = {s.name: s for s in services}
+        self.kube = Cluster(pool_gpus, gpus_per_node)
+        self.service = service
+        self.gpus_per_replica = gpus_per_replica
+        self.cold_start_s = cold_start_s
         self.classes = {c.name: c for c in classes}
         self.grace_s = grace_s
-        self.pods: dict[str, list[Pod]] = {s.name: [] for s in services}
-        self.draining: list[Pod] = []
-        self.jobs: list[Job] = []
+        self.startup_s = startup_s
+        self.hpa = Hpa(min_replicas, max_replicas, hpa)
+        self.backlog = Backlog(list(classes), seed)
+        self.scaled_jobs = {c.name: ScaledJobController(c.name, c.max_jobs) for c in classes}
+        self.ledger = Ledger(0.0, math.inf)
+        self.replicas: list[InfReplica] = []
+        self.spec_replicas = 0
+        self.running: list[ResearchJob] = []
         self.events: list[Event] = []
-        self._ids = itertools.count(1)
-        # Deterministic spread of Job lengths over each class's range.
-        self._work_cycle = itertools.cycle((0.1, 0.9, 0.5, 0.3, 0.7, 0.0, 1.0, 0.2, 0.8, 0.6))
-        # Accounting (simulated seconds x GPUs).
-        self.research_gpu_s = 0.0  # GPU time research pods held while running
-        self.lost_gpu_s = 0.0  # GPU time of work lost to preemption (since last checkpoint)
-        self.preemptions = 0
-        self.jobs_done = 0
+        self.research_gpu_s = 0.0  # GPU time held by running research pods (harvested)
         self.jobs_created = 0
 
-    # ---- the Deployment ----------------------------------------------------------------
-    def replicas(self, service: str) -> int:
-        """`.spec.replicas`: pods that are not terminating."""
-        return len(self.pods[service])
+    # ---- the Deployment and its HPA ------------------------------------------------------
+    def start_with(self, n: int, now: float) -> list[InfReplica]:
+        """Yesterday's Deployment: `n` replicas already Ready at the start."""
+        self.spec_replicas = n
+        self._reconcile(now)
+        self.kube.schedule(now, self.grace_s)
+        ready = []
+        for r in self.replicas:
+            if r.pod.phase.value != "bound":
+                raise ValueError(f"{n} replicas do not fit in {self.kube.gpus} GPUs")
+            r.state = RepState.READY
+            r.ready_at = now
+            ready.append(r)
+        return ready
 
-    def count(self, service: str, phase: PodPhase) -> int:
-        if phase is PodPhase.TERMINATING:
-            return sum(1 for p in self.draining if p.service == service)
-        return sum(1 for p in self.pods[service] if p.phase is phase)
+    def hpa_sync(self, value: float, target: float, now: float, *, why: str) -> list[InfReplica]:
+        """The HPA reads the external metric (AverageValue) and sets `.spec.replicas`.
 
-    def add_ready(self, service: str, n: int, now: float) -> list[Pod]:
-        """Pods that exist already at the start (yesterday's Deployment)."""
-        spec = self.services[service]
-        pods = [
-            Pod(next(self._ids), service, spec.gpus_per_replica, PodPhase.READY, now, now)
-            for _ in range(n)
-        ]
-        if self.free_gpus() < n * spec.gpus_per_replica:
-            raise ValueError(f"{n} replicas of {service} do not fit in {self.capacity} GPUs")
-        self.pods[service].extend(pods)
-        return pods
-
-    def scale(self, service: str, replicas: int, now: float, *, why: str = "") -> list[Pod]:
-        """Set `.spec.replicas`. Returns the Ready pods removed (the owner drains them)."""
-        pods = self.pods[service]
-        before = len(pods)
-        if replicas == before:
+        Returns the Ready replicas a scale-down removed (the caller drains them)."""
+        current = self.spec_replicas
+        want = self.hpa.sync(now, current, self.hpa.recommend_average_value(value, target, current))
+        if want == current:
             return []
         self.events.append(
-            Event(now, "scale", service, {"from": before, "to": replicas, "why": why})
+            Event(now, "scale", self.service, {"from": current, "to": want, "why": why})
         )
-        spec = self.services[service]
-        for _ in range(replicas - before):
-            pods.append(Pod(next(self._ids), service, spec.gpus_per_replica, PodPhase.PENDING, now))
-        removed: list[Pod] = []
-        rank = {PodPhase.PENDING: 0, PodPhase.STARTING: 1, PodPhase.READY: 2}
-        while len(pods) > replicas:
-            victim = min(pods, key=lambda p: (rank[p.phase], -p.created_at, -p.id))
-            pods.remove(victim)
-            if victim.phase is PodPhase.READY:
-                victim.phase = PodPhase.TERMINATING
-                self.draining.append(victim)
-                removed.append(victim)
-        self.schedule(now)
-        return removed
+        self.spec_replicas = want
+        return self._reconcile(now)
 
-    def pod_gone(self, pod: Pod, now: float) -> None:
-        """A draining pod finished its last request and exited: its GPUs are free."""
-        self.draining.remove(pod)
-        self.events.append(Event(now, "pod-gone", pod.service, {"pod": pod.id}))
-        self.schedule(now)
+    def _reconcile(self, now: float) -> list[InfReplica]:
+        alive = [r for r in self.replicas if r.state is not RepState.DRAINING]
+        for _ in range(self.spec_replicas - len(alive)):
+            pod = Pod("inference", self.gpus_per_replica, INFERENCE_PRIORITY, now)
+            rep = InfReplica(pod, now)
+            pod.owner = rep
+            self.replicas.append(rep)
+            self.kube.submit(pod)
+        extra = len(alive) - self.spec_replicas
+        if extra <= 0:
+            return []
+        rank = {RepState.PENDING: 0, RepState.LOADING: 1, RepState.READY: 2}
+        # ReplicaSet deletion order: unscheduled, then not ready, then ready; newest first.
+        victims = sorted(alive, key=lambda r: (rank[r.state], -r.created))[:extra]
+        draining = []
+        for r in victims:
+            if r.state is RepState.READY:
+                r.state = RepState.DRAINING
+                draining.append(r)
+            else:
+                self.kube.delete(r.pod, now)
+                self.replicas.remove(r)
+        return draining
 
-    # ---- the ScaledJob -------------------------------------------------------------------
-    def unfinished(self, research_class: str) -> int:
-        """Jobs KEDA counts as running: every unfinished Job, pending ones included."""
-        return sum(1 for j in self.jobs if j.research_class == research_class)
+    def gone(self, rep: InfReplica, now: float) -> None:
+        """A draining replica finished its last request and exited: free its GPUs."""
+        self.kube.delete(rep.pod, now)
+        self.replicas.remove(rep)
+        self.events.append(Event(now, "replica-gone", self.service, {"pod": id(rep.pod)}))
 
-    def create_jobs(self, research_class: str, n: int, now: float) -> None:
-        spec = self.classes[research_class]
-        lo, hi = spec.work_s
+    def count(self, state: RepState) -> int:
+        return sum(1 for r in self.replicas if r.state is state)
+
+    # ---- research: KEDA's ScaledJob controller ------------------------------------------
+    def scaled_job_poll(self, research_class: str, metric: float, now: float) -> int:
+        """One ScaledJob poll with `metric` (total slots): creates maxScale − unfinished Jobs."""
+        ctl = self.scaled_jobs[research_class]
+        ctl.forget_done()
+        n = ctl.to_create(metric)
         for _ in range(n):
-            work = lo + (hi - lo) * next(self._work_cycle)
-            self.jobs.append(
-                Job(next(self._ids), research_class, spec.gpus_per_job, work, spec.checkpoint_s)
-            )
-        self.jobs_created += n
-        self.events.append(Event(now, "jobs-created", research_class, {"n": n}))
-        self.schedule(now)
+            job = self.backlog.next_job(research_class, now)
+            job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
+            ctl.jobs.append(job)
+            self.kube.submit(job.pod)
+        if n:
+            self.jobs_created += n
+            self.events.append(Event(now, "jobs-created", research_class, {"n": n}))
+        return n
 
-    def jobs_in(self, phase: JobPhase, research_class: str | None = None) -> int:
+    def unfinished(self, research_class: str) -> int:
+        return sum(1 for j in self.scaled_jobs[research_class].jobs if j.state is not JobState.DONE)
+
+    def jobs_in(self, state: JobState, research_class: str | None = None) -> int:
         return sum(
             1
-            for j in self.jobs
-            if j.phase is phase and (research_class is None or j.research_class == research_class)
+            for name, ctl in self.scaled_jobs.items()
+            if research_class is None or name == research_class
+            for j in ctl.jobs
+            if j.state is state
         )
 
-    # ---- GPUs ----------------------------------------------------------------------------
+    # ---- GPUs ------------------------------------------------------------------------------
     def inference_gpus(self) -> int:
-        """GPUs held by inference pods (Starting, Ready, Terminating)."""
-        held = sum(
-            p.gpus for pods in self.pods.values() for p in pods if p.phase is not PodPhase.PENDING
+        """GPUs held by inference pods (loading, ready, draining)."""
+        return self.kube.held["inference"]
+
+    def research_gpus(self, state: JobState = JobState.RUNNING) -> int:
+        """GPUs held by research pods that are running (or, EVICTED: in their grace period)."""
+        return sum(
+            j.cls.gpus for ctl in self.scaled_jobs.values() for j in ctl.jobs if j.state is state
         )
-        return held + sum(p.gpus for p in self.draining)
 
-    def research_gpus(self, phase: JobPhase | None = None) -> int:
-        if phase is None:
-            return sum(j.gpus for j in self.jobs if j.phase is not JobPhase.PENDING)
-        return sum(j.gpus for j in self.jobs if j.phase is phase)
+    def useful_gpu_s(self, now: float) -> float:
+        """Research work kept: checkpointed or completed, plus the progress of running Jobs."""
+        running = sum(j.cls.gpus * j.progress(now) for j in self.running)
+        return self.ledger.useful_gpu_s + running
 
-    def free_gpus(self) -> int:
-        return self.capacity - self.inference_gpus() - self.research_gpus()
+    @property
+    def preemptions(self) -> int:
+        return self.ledger.preemptions
 
-    # ---- time ----------------------------------------------------------------------------
-    def step(self, now: float, dt: float) -> Transitions:
-        """Advance from `now` to `now + dt`."""
+    @property
+    def jobs_done(self) -> int:
+        return self.ledger.completed
+
+    # ---- time ------------------------------------------------------------------------------
+    def step(self, now: float, dt: float) -> list[InfReplica]:
+        """Advance to `now + dt`; returns the replicas that became Ready (to start serving)."""
         end = now + dt
-        out = Transitions()
-        for pods in self.pods.values():
-            for p in pods:
-                if p.phase is PodPhase.STARTING and p.ready_at is not None and p.ready_at <= end:
-                    p.phase = PodPhase.READY
-                    out.ready.append(p)
-                    self.events.append(Event(p.ready_at, "pod-ready", p.service, {"pod": p.id}))
-        finished: list[Job] = []
-        for j in self.jobs:
-            if j.phase is JobPhase.RUNNING:
-                j.done_s += dt
-                self.research_gpu_s += j.gpus * dt
-                # Periodic checkpoints since the pod started.
-                assert j.started_at is not None
-                j.saved_s = max(j.saved_s, j.done_s - (end - j.started_at) % j.checkpoint_s)
-                if j.done_s >= j.work_s:
-                    finished.append(j)
-            elif j.phase is JobPhase.TERMINATING and j.gone_at is not None and j.gone_at <= end:
-                # The pod is gone; the Job re-creates it, resuming from its checkpoint.
-                j.phase = JobPhase.PENDING
-                j.gone_at = None
-        for j in finished:
-            self.jobs.remove(j)
-            self.jobs_done += 1
-            self.events.append(Event(end, "job-done", j.research_class, {"job": j.id}))
-        self.schedule(end)
-        return out
-
-    def schedule(self, now: float) -> None:
-        """One scheduler pass: inference first (higher priority), then research FIFO."""
-        free = self.free_gpus()
-        coming = self.research_gpus(JobPhase.TERMINATING)  # freed when their grace ends
-        for pods in self.pods.values():
-            for p in pods:
-                if p.phase is not PodPhase.PENDING:
-                    continue
-                if free >= p.gpus:
-                    free -= p.gpus
-                    p.phase = PodPhase.STARTING
-                    p.ready_at = now + self.services[p.service].cold_start_s
-                    continue
-                short = p.gpus - free - coming
-                if short > 0:
-                    coming += self._preempt(short, now)
-                # Nominated: this pod waits for the GPUs that are free or being freed.
-                take = min(free, p.gpus)
-                free -= take
-                coming -= p.gpus - take
-        if free <= 0:
-            return
-        for j in self.jobs:
-            if j.phase is JobPhase.PENDING and j.gpus <= free:
-                free -= j.gpus
-                j.phase = JobPhase.RUNNING
-                j.started_at = now
-                self.events.append(Event(now, "job-started", j.research_class, {"job": j.id}))
-
-    def _preempt(self, gpus: int, now: float) -> int:
-        """Evict the newest running research pods until `gpus` are on their way back."""
-        running = sorted(
-            (j for j in self.jobs if j.phase is JobPhase.RUNNING),
-            key=lambda j: (j.started_at or 0.0, j.id),
-            reverse=True,
-        )
-        freed = 0
-        for j in running:
-            if freed >= gpus:
-                break
-            lost = j.done_s - j.saved_s
-            self.lost_gpu_s += lost * j.gpus
-            j.done_s = j.saved_s
-            j.phase = JobPhase.TERMINATING
-            j.gone_at = now + self.grace_s
-            j.preemptions += 1
-            self.preemptions += 1
-            freed += j.gpus
-            self.events.append(
-                Event(now, "preempt", j.research_class, {"job": j.id, "lost_s": lost})
-            )
-        return freed
+        k = self.kube
+        for pod in k.release_due(end):
+            job = pod.owner
+            if isinstance(job, ResearchJob) and job.state is JobState.EVICTED:
+                # The Job controller re-creates the pod (podFailurePolicy ignores preemption).
+                job.state = JobState.PENDING
+                job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, end, job)
+                k.submit(job.pod)
+        if k.pending:
+            bound, evicted = k.schedule(end, self.grace_s)
+            for pod in bound:
+                if isinstance(pod.owner, InfReplica):
+                    pod.owner.state = RepState.LOADING
+                    pod.owner.ready_at = end + self.cold_start_s
+                elif isinstance(pod.owner, ResearchJob):
+                    pod.owner.state = JobState.RUNNING
+                    pod.owner.run_from = end + self.startup_s
+                    self.running.append(pod.owner)
+            for e in evicted:
+                job = e.victim.owner
+                assert isinstance(job, ResearchJob)
+                lost = preempt_job(job, end, self.ledger)
+                self.running.remove(job)
+                self.events.append(
+                    Event(end, "preempt", job.cls.name, {"gpus": job.cls.gpus, "lost_gpu_s": lost})
+                )
+        ready = []
+        for r in self.replicas:
+            if r.state is RepState.LOADING and r.ready_at <= end:
+                r.state = RepState.READY
+                ready.append(r)
+                self.events.append(Event(end, "replica-ready", self.service, {}))
+        for job in [j for j in self.running if j.finish_at() <= end]:
+            complete_job(job, end, self.ledger)
+            self.running.remove(job)
+            assert job.pod is not None
+            k.delete(job.pod, end)
+            self.events.append(Event(end, "job-done", job.cls.name, {"gpus": job.cls.gpus}))
+        self.research_gpu_s += sum(j.cls.gpus for j in self.running) * dt
+        return ready

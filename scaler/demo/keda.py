@@ -1,24 +1,22 @@
 """A KEDA-like driver: asks the scaler over its real gRPC API, on KEDA's schedule, and
-applies the answers to the simulated cluster the way KEDA and the HPA would.
+hands the answers to the simulated cluster the way KEDA does.
 
 The driver's only source of decisions is the `ExternalScalerStub` it is given (it never
-sees the scaler's objects); what it may change is the `Actuator` (Deployment scale, Job
-creation, unfinished-Job count). Semantics (DESIGN.md, KEDA facts):
-* ScaledObject, every `so_interval_s`: GetMetricSpec → GetMetrics → IsActive; the HPA sets
-  ceil(value / targetSize) replicas (AverageValue), clamped to [min, max], tolerance 0 and
-  scale-up policies as the chart renders them (max of +100 % and +4 pods per period).
-  A failing call counts towards `fallback.failureThreshold` (3); then the fallback
-  `currentReplicasIfHigher` keeps the current replicas.
-* ScaledJob, every `sj_interval_s`: GetMetricSpec → GetMetrics; maxScale =
-  min(value / targetSize, maxReplicaCount); Jobs created = maxScale − unfinished Jobs.
-  Jobs are never deleted when the number drops.
+sees the scaler's objects); what it does with an answer goes through the `Actuator`
+(the HPA and the ScaledJob controller of the simulated cluster). Semantics (DESIGN.md):
+* ScaledObject, every `so_interval_s`: GetMetricSpec → GetMetrics → IsActive; the value
+  and targetSize feed the HPA (AverageValue). A failing call counts towards
+  `fallback.failureThreshold` (3); the chart's fallback `currentReplicasIfHigher` then
+  keeps the current replicas, so nothing is applied.
+* ScaledJob, every `sj_interval_s`: GetMetricSpec → GetMetrics; the value / targetSize
+  goes to the ScaledJob controller (Jobs created = maxScale − unfinished, never deleted).
+  A failing call is skipped, as KEDA skips a failing ScaledJob trigger.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,12 +29,15 @@ from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 
 
 class Actuator(Protocol):
-    """What KEDA and the HPA can do to the cluster (and read back from it)."""
+    """What KEDA hands its answers to in the cluster."""
 
-    def replicas(self, service: str) -> int: ...
-    def scale(self, service: str, replicas: int, *, why: str) -> None: ...
-    def unfinished_jobs(self, research_class: str) -> int: ...
-    def create_jobs(self, research_class: str, n: int) -> None: ...
+    def hpa(self, service: str, value: float, target: float, *, why: str) -> None:
+        """The HPA of `service`'s Deployment reads the external metric (AverageValue)."""
+        ...
+
+    def scaled_job(self, research_class: str, metric: float) -> None:
+        """One ScaledJob poll: `metric` = queue length / targetAverageValue."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,6 @@ class ScaledObject:
     name: str
     namespace: str
     service: str  # trigger metadata `service`
-    min_replicas: int
-    max_replicas: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +52,6 @@ class ScaledJob:
     name: str
     namespace: str
     research_class: str  # trigger metadata `researchClass`
-    max_replica_count: int
 
 
 @dataclass
@@ -84,8 +82,10 @@ class KedaDriver:
         md = {key: value, "scalerAddress": self.scaler_address, "enableTLS": "false"}
         return pb.ScaledObjectRef(name=name, namespace=namespace, scalerMetadata=md)
 
-    async def _metric(self, ref: pb.ScaledObjectRef) -> tuple[int, float]:
-        """GetMetricSpec then GetMetrics: (value, targetSize) as KEDA reads them."""
+    async def _metric(self, ref: pb.ScaledObjectRef) -> tuple[int, float, float]:
+        """GetMetricSpec then GetMetrics, as KEDA reads them: (raw int, value, targetSize).
+
+        KEDA uses the float fields when they are > 0, else the int ones."""
         self.calls["GetMetricSpec"] += 1
         spec = await self.stub.GetMetricSpec(ref)
         ms = spec.metricSpecs[0]
@@ -96,14 +96,13 @@ class KedaDriver:
         )
         mv = resp.metricValues[0]
         value = mv.metricValueFloat if mv.metricValueFloat > 0 else float(mv.metricValue)
-        return int(mv.metricValue), value / target
+        return int(mv.metricValue), value, target
 
     async def poll_scaled_object(self, so: ScaledObject) -> None:
         ans = self.answers.setdefault(so.name, Answer())
         ref = self._ref(so.name, so.namespace, "service", so.service)
-        current = self.actuator.replicas(so.service)
         try:
-            raw, ratio = await self._metric(ref)
+            raw, value, target = await self._metric(ref)
             self.calls["IsActive"] += 1
             active = (await self.stub.IsActive(ref)).result
         except grpc.aio.AioRpcError as e:
@@ -113,30 +112,19 @@ class KedaDriver:
                 ans.error += " (fallback currentReplicasIfHigher: keeping current replicas)"
             return
         ans.value, ans.active, ans.error, ans.failures = raw, active, None, 0
-        # HPA, AverageValue: ceil(value / target) replicas; tolerance 0 (chart default).
-        want = math.ceil(ratio - 1e-9)
-        if not active and so.min_replicas == 0:
-            want = 0  # KEDA deactivates the HPA and scales to zero
-        want = max(so.min_replicas, min(so.max_replicas, want))
-        if want > current:  # HPA scale-up policies: max(+100 %, +4 pods) per period
-            want = min(want, max(2 * current, current + 4))
-        if want != current:
-            self.actuator.scale(so.service, want, why=f"GetMetrics={raw}")
+        # minReplicaCount >= 1 here: IsActive only matters for scale-to-zero.
+        self.actuator.hpa(so.service, value, target, why=f"GetMetrics={raw}")
 
     async def poll_scaled_job(self, sj: ScaledJob) -> None:
         ans = self.answers.setdefault(sj.name, Answer())
         ref = self._ref(sj.name, sj.namespace, "researchClass", sj.research_class)
         try:
-            raw, ratio = await self._metric(ref)
+            raw, value, target = await self._metric(ref)
         except grpc.aio.AioRpcError as e:
-            # KEDA skips a ScaledJob trigger whose call fails: no Jobs this round.
             ans.error = f"{e.code().name}: {e.details()}"
             return
         ans.value, ans.error = raw, None
-        max_scale = min(math.floor(ratio + 1e-9), sj.max_replica_count)
-        create = max_scale - self.actuator.unfinished_jobs(sj.research_class)
-        if create > 0:
-            self.actuator.create_jobs(sj.research_class, create)
+        self.actuator.scaled_job(sj.research_class, value / target)
 
     async def run(self, stop: asyncio.Event) -> None:
         await asyncio.gather(

@@ -35,16 +35,18 @@ import numpy as np
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.sim.kube import JobState, ResearchClassSpec
 from bench.sim.profile import ReplicaSpec
+from bench.sim.scenario import DEFAULT_CLASSES
 from bench.sim.workload import DAY, TRACES, load_curve, make_workload
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
-from scaler.demo.cluster import ClassSpec, Cluster, JobPhase, PodPhase, ServiceSpec
+from scaler.demo.cluster import DemoCluster, InfReplica, RepState
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
 from scaler.demo.view import ClassRow, Frame, plain_line, plot_pool, render, summary_table
-from scaler.demo.world import Replica, SloTracker, World
+from scaler.demo.world import SloTracker, World
 
 log = logging.getLogger("scaler.demo")
 
@@ -55,19 +57,29 @@ TICK_S = 0.05  # real seconds between simulation advances
 # At most this much simulation work at once: scrapes of the replicas' /metrics are served
 # by the same event loop and must answer well within the scrape timeout.
 CHUNK_S = 0.01
-# Requests/s one replica serves within the TTFT SLO (llama3-70b on 4 × A100, conversation
-# lengths; measured with bench.sim: p90 TTFT 1.0 s at 2 req/s, overloaded at 4 req/s).
-PER_REPLICA_RPS = 2.5
+
+
+@dataclass(frozen=True)
+class ReplicaCapacity:
+    per_replica_rps: float  # req/s one replica serves with 99 % of TTFTs within the SLO
+    mean_tokens: float  # prompt + output tokens per request
+
+
+# bench.sim.scenario.calibrate(Scenario(), "conv"): Llama-3-70B on 4 × A100, conversation
+# lengths, TTFT SLO 2 s, 14 replicas → 2.47 req/s per replica (99.0 %), 1395 tokens/request.
+DEFAULT_CAPACITY = ReplicaCapacity(2.47, 1395.0)
 # KEDA and chart defaults, in trace seconds (DESIGN.md; charts/gpu-pool-scaler/values.yaml).
 SO_POLL_S = 15.0
 SJ_POLL_S = 30.0
 SCRAPE_S = 5.0
 STABILIZATION_S = 300.0
 STEP_S = 60.0
-GRACE_S = 600.0  # research pods' terminationGracePeriodSeconds (checkpoint on SIGTERM)
-# Queue and KV as in DESIGN.md's example; running requests per replica is the signal that
-# tracks load below saturation (32 running ≈ 2.1 req/s per replica with bench.sim's model).
-THRESHOLDS = {"waitingPerReplica": 5, "kvCacheUsage": 0.8, "runningPerReplica": 32}
+GRACE_S = 600.0  # research pods' terminationGracePeriodSeconds (the chart's default)
+RESEARCH_STARTUP_S = 60.0  # image pull, start, load the checkpoint (bench default)
+GPUS_PER_NODE = 8
+# The bench's thresholds for our policy: queue and KV as in DESIGN.md's example, plus
+# token throughput at this share of a replica's calibrated capacity.
+THROUGHPUT_TARGET_FRACTION = 0.9
 WEEKDAY = {"azure-code-week": 3, "azure-conv-week": 1}  # a Monday of each trace
 
 
@@ -82,6 +94,7 @@ class Params:
     trace: str
     lengths: str
     peak_rps: float
+    capacity: ReplicaCapacity
     seed: int
     slo_ttft_s: float
     live: bool
@@ -124,8 +137,7 @@ def parse_args(argv: list[str]) -> Params:
         "--peak-rps",
         type=float,
         default=None,
-        help=f"peak request rate (default: 80 %% of the pool at {PER_REPLICA_RPS} req/s "
-        "per replica)",
+        help="peak request rate (default: 80 %% of the pool at the replica's calibrated capacity)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds")
@@ -137,7 +149,8 @@ def parse_args(argv: list[str]) -> Params:
     if a.pool_gpus < a.reserve_gpus + a.gpus_per_replica:
         p.error("--pool-gpus must hold the reserve and at least one replica")
     max_rep = max(1, (a.pool_gpus - a.reserve_gpus) // a.gpus_per_replica)
-    peak = a.peak_rps if a.peak_rps is not None else 0.8 * max_rep * PER_REPLICA_RPS
+    capacity = replica_capacity(a.gpus_per_replica, a.lengths, a.slo_ttft, a.seed)
+    peak = a.peak_rps if a.peak_rps is not None else 0.8 * max_rep * capacity.per_replica_rps
     return Params(
         day_seconds=a.day_seconds,
         hours=a.hours,
@@ -148,6 +161,7 @@ def parse_args(argv: list[str]) -> Params:
         trace=a.trace,
         lengths=a.lengths,
         peak_rps=peak,
+        capacity=capacity,
         seed=a.seed,
         slo_ttft_s=a.slo_ttft,
         live=not a.no_live,
@@ -155,12 +169,34 @@ def parse_args(argv: list[str]) -> Params:
     )
 
 
-def research_classes(p: Params) -> list[ClassSpec]:
-    """Two research classes: multi-GPU training (long, checkpoints) and 1-GPU evaluations."""
-    return [
-        ClassSpec("train", p.gpus_per_replica, (3 * 3600.0, 8 * 3600.0), 1800.0),
-        ClassSpec("eval", 1, (1200.0, 3 * 3600.0), 600.0),
-    ]
+def replica_capacity(
+    gpus_per_replica: int, lengths: str, slo_ttft_s: float, seed: int
+) -> ReplicaCapacity:
+    """Requests/s a replica serves within the SLO: the bench's calibration (cached for the
+    default shape; a few seconds otherwise)."""
+    if (gpus_per_replica, lengths, slo_ttft_s) == (4, "conv", 2.0):
+        return DEFAULT_CAPACITY
+    from bench.sim.scenario import Scenario, calibrate
+
+    print(f"calibrating one replica ({gpus_per_replica} GPUs, {lengths} lengths)…", flush=True)
+    scn = Scenario(gpus_per_replica=gpus_per_replica, slo_ttft_s=slo_ttft_s, seed=seed)
+    cal = calibrate(scn, lengths)
+    return ReplicaCapacity(cal.per_replica_rps, cal.mean_tokens)
+
+
+def thresholds(p: Params) -> dict[str, float]:
+    """The scaler reads counters per real second: a token rate threshold is compressed too."""
+    tps = THROUGHPUT_TARGET_FRACTION * p.capacity.per_replica_rps * p.capacity.mean_tokens
+    return {
+        "waitingPerReplica": 5,
+        "kvCacheUsage": 0.8,
+        "tokensPerSecondPerReplica": round(tps * p.compression),
+    }
+
+
+def research_classes() -> tuple[ResearchClassSpec, ...]:
+    """The bench's research classes: eval (1 GPU), finetune (4), pretrain (8)."""
+    return DEFAULT_CLASSES
 
 
 def pool_config(p: Params, targets: list[str], cold_start_s: float) -> dict[str, object]:
@@ -186,7 +222,7 @@ def pool_config(p: Params, targets: list[str], cold_start_s: float) -> dict[str,
                 "minReplicas": 1,
                 "maxReplicas": p.max_replicas,
                 "targets": {"static": list(targets)},
-                "thresholds": THRESHOLDS,
+                "thresholds": thresholds(p),
                 # At least 3 / 1 scrape cycles: a window shorter than a cycle holds nothing.
                 "scaleDown": {
                     "stabilizationSeconds": round(max(p.real(STABILIZATION_S), 3 * scrape), 4),
@@ -197,8 +233,8 @@ def pool_config(p: Params, targets: list[str], cold_start_s: float) -> dict[str,
             }
         ],
         "research": [
-            {"name": c.name, "gpusPerJob": c.gpus_per_job, "weight": 1, "maxJobs": 64}
-            for c in research_classes(p)
+            {"name": c.name, "gpusPerJob": c.gpus, "weight": c.weight, "maxJobs": c.max_jobs}
+            for c in research_classes()
         ],
     }
 
@@ -225,29 +261,26 @@ class ConfigFile:
 
 
 class Actuator:
-    """KEDA's and the HPA's hands on the simulated cluster (see keda.Actuator)."""
+    """Where KEDA's answers land: the HPA and ScaledJob controller of the simulated cluster
+    (see keda.Actuator). A scale-down's draining replicas leave the target list at once,
+    as a terminating pod leaves its Service's endpoints."""
 
     def __init__(self, world: World, config: ConfigFile) -> None:
         self._world = world
         self._config = config
 
-    def replicas(self, service: str) -> int:
-        return self._world.cluster.replicas(service)
-
-    def scale(self, service: str, replicas: int, *, why: str) -> None:
+    def hpa(self, service: str, value: float, target: float, *, why: str) -> None:
         w = self._world
-        removed = w.cluster.scale(service, replicas, w.now, why=why)
-        w.drain(removed)
-        for pod in removed:  # a terminating pod leaves the endpoints at once
-            if pod.address in self._config.targets:
-                self._config.targets.remove(pod.address)
+        assert service == w.cluster.service
+        draining = w.cluster.hpa_sync(value, target, w.now, why=why)
+        w.drain(draining)
+        for rep in draining:
+            if rep.address in self._config.targets:
+                self._config.targets.remove(rep.address)
                 self._config.dirty = True
 
-    def unfinished_jobs(self, research_class: str) -> int:
-        return self._world.cluster.unfinished(research_class)
-
-    def create_jobs(self, research_class: str, n: int) -> None:
-        self._world.cluster.create_jobs(research_class, n, self._world.now)
+    def scaled_job(self, research_class: str, metric: float) -> None:
+        self._world.cluster.scaled_job_poll(research_class, metric, self._world.now)
 
 
 @dataclass
@@ -255,27 +288,27 @@ class Demo:
     p: Params
     world: World
     config: ConfigFile
-    servers: dict[int, EngineServer]  # pod id -> its /metrics server
+    servers: dict[int, EngineServer]  # id(replica) -> its /metrics server
     tasks: set[asyncio.Task[None]]
 
-    def on_ready(self, rep: Replica) -> None:
+    def on_ready(self, rep: InfReplica) -> None:
         pool = self.world.pool
         row = rep.row
         server = EngineServer.for_engine(
             lambda: pool.sample(row), self.world.spec.model_key, time.time()
         )
-        rep.pod.address = server.address
-        self.servers[rep.pod.id] = server
+        rep.address = server.address
+        self.servers[id(rep)] = server
         self._spawn(server.start())
         self.config.targets.append(server.address)
         self.config.dirty = True
 
-    def on_gone(self, rep: Replica) -> None:
-        server = self.servers.pop(rep.pod.id, None)
+    def on_gone(self, rep: InfReplica) -> None:
+        server = self.servers.pop(id(rep), None)
         if server is not None:
             self._spawn(server.stop())
-        if rep.pod.address in self.config.targets:
-            self.config.targets.remove(rep.pod.address)
+        if rep.address in self.config.targets:
+            self.config.targets.remove(rep.address)
             self.config.dirty = True
 
     def _spawn(self, coro: object) -> None:
@@ -298,11 +331,18 @@ def build_world(p: Params) -> World:
         rng=np.random.default_rng(p.seed),
         max_model_len=8192,
     )
-    cluster = Cluster(
-        p.pool_gpus,
-        [ServiceSpec(SERVICE, p.gpus_per_replica, spec.cold_start_s)],
-        research_classes(p),
+    cluster = DemoCluster(
+        pool_gpus=p.pool_gpus,
+        gpus_per_node=GPUS_PER_NODE,
+        service=SERVICE,
+        gpus_per_replica=p.gpus_per_replica,
+        min_replicas=1,
+        max_replicas=p.max_replicas,
+        cold_start_s=spec.cold_start_s,
+        classes=research_classes(),
         grace_s=GRACE_S,
+        startup_s=RESEARCH_STARTUP_S,
+        seed=p.seed,
     )
     # Simulation step: 2 s at the default speed; coarser when the day is compressed more
     # (the per-step cost is mostly fixed, and a scrape then spans more trace time anyway).
@@ -312,7 +352,6 @@ def build_world(p: Params) -> World:
         spec=spec,
         workload=workload,
         cluster=cluster,
-        service=SERVICE,
         max_rows=p.pool_gpus // p.gpus_per_replica + 1,
         slo=SloTracker(p.slo_ttft_s),
     )
@@ -324,13 +363,13 @@ def frame(d: Demo, driver: KedaDriver, started: float, target_t: float) -> Frame
     classes = tuple(
         ClassRow(
             cs.name,
-            cs.gpus_per_job,
+            cs.gpus,
             driver.answers[f"research-{cs.name}"].value
             if f"research-{cs.name}" in driver.answers
             else None,
-            c.jobs_in(JobPhase.RUNNING, cs.name),
-            c.jobs_in(JobPhase.PENDING, cs.name),
-            c.jobs_in(JobPhase.TERMINATING, cs.name),
+            c.jobs_in(JobState.RUNNING, cs.name),
+            c.jobs_in(JobState.PENDING, cs.name),
+            c.jobs_in(JobState.EVICTED, cs.name),
         )
         for cs in c.classes.values()
     )
@@ -341,18 +380,18 @@ def frame(d: Demo, driver: KedaDriver, started: float, target_t: float) -> Frame
         rps=w.rate_now(),
         waiting=w.waiting(),
         service=f"{NAMESPACE}/{SERVICE}",
-        ready=c.count(SERVICE, PodPhase.READY),
-        starting=c.count(SERVICE, PodPhase.STARTING),
-        pending=c.count(SERVICE, PodPhase.PENDING),
-        draining=c.count(SERVICE, PodPhase.TERMINATING),
+        ready=c.count(RepState.READY),
+        starting=c.count(RepState.LOADING),
+        pending=c.count(RepState.PENDING),
+        draining=c.count(RepState.DRAINING),
         desired=None if so is None else so.value,
         scaler_error=None if so is None else so.error,
         classes=classes,
         capacity=p.pool_gpus,
         reserve=p.reserve_gpus,
         inference_gpus=c.inference_gpus(),
-        research_gpus=c.research_gpus(JobPhase.RUNNING),
-        terminating_gpus=c.research_gpus(JobPhase.TERMINATING),
+        research_gpus=c.research_gpus(JobState.RUNNING),
+        terminating_gpus=c.research_gpus(JobState.EVICTED),
         preemptions=c.preemptions,
         research_gpu_hours=c.research_gpu_s / 3600.0,
         slo=w.slo.attainment,
@@ -390,9 +429,9 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
 
     # Yesterday's Deployment: enough replicas for the rate at the start.
     rate0 = float(world.workload.rate_at(0.0))
-    n0 = max(1, min(p.max_replicas, math.ceil(rate0 / (0.8 * PER_REPLICA_RPS))))
-    for pod in world.cluster.add_ready(SERVICE, n0, 0.0):
-        world.start_replica(pod)
+    n0 = max(1, min(p.max_replicas, math.ceil(rate0 / (0.8 * p.capacity.per_replica_rps))))
+    for rep in world.cluster.start_with(n0, 0.0):
+        world.start_replica(rep)
     await asyncio.gather(*list(demo.tasks))
     config.flush()
 
@@ -413,9 +452,9 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
     driver = KedaDriver(
         stub=pb_grpc.ExternalScalerStub(channel),
         actuator=Actuator(world, config),
-        scaled_objects=[ScaledObject(f"vllm-{SERVICE}", NAMESPACE, SERVICE, 1, p.max_replicas)],
+        scaled_objects=[ScaledObject(f"vllm-{SERVICE}", NAMESPACE, SERVICE)],
         scaled_jobs=[
-            ScaledJob(f"research-{c.name}", "research", c.name, 64) for c in research_classes(p)
+            ScaledJob(f"research-{c.name}", "research", c.name) for c in research_classes()
         ],
         so_interval_s=p.real(SO_POLL_S, MIN_PERIOD_S),
         sj_interval_s=p.real(SJ_POLL_S, MIN_PERIOD_S),
@@ -447,7 +486,8 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
             budget = time.perf_counter() + CHUNK_S  # then let the scaler and driver run
             while world.now + world.dt <= target and time.perf_counter() < budget:
                 world.advance(target, 2)
-            world.desired = driver.answers.get(f"vllm-{SERVICE}", _NO_ANSWER).value
+            answer = driver.answers.get(f"vllm-{SERVICE}")
+            world.desired = None if answer is None else answer.value
             config.flush()
             if world.now >= next_frame_t:  # a text capture of the view every trace hour
                 cap = Console(record=True, width=80, file=io.StringIO())
@@ -499,13 +539,6 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
     return summary
 
 
-class _Answer:
-    value: int | None = None
-
-
-_NO_ANSWER = _Answer()
-
-
 def _scaler_log_to(path: Path) -> Callable[[], None]:
     """The scaler's own log goes to a file: its INFO lines would tear the live view."""
     from scaler.logs import TextFormatter
@@ -540,7 +573,8 @@ def summarize(
     arrived = w.arrived()
     return {
         "research_gpu_hours": round(c.research_gpu_s / 3600.0, 2),
-        "research_gpu_hours_lost": round(c.lost_gpu_s / 3600.0, 2),
+        "research_useful_gpu_hours": round(c.useful_gpu_s(w.now) / 3600.0, 2),
+        "research_gpu_hours_lost": round(c.ledger.lost_gpu_s / 3600.0, 2),
         "research_jobs_created": c.jobs_created,
         "research_jobs_completed": c.jobs_done,
         "max_inference_replicas": max(ready) if ready else None,

@@ -1,7 +1,7 @@
 """The simulated pool in simulated time: requests → router → vLLM replica model, on the
 pods of the simulated cluster. Reuses the bench simulator (`bench.sim`) for the replica
-model and the workload; adds only the glue to the cluster's pod lifecycle and what the
-demo records. Single-threaded: everything here runs on the demo's event loop.
+model, the router and the workload; adds only the glue to the cluster's pod lifecycle and
+what the demo records. Single-threaded: everything here runs on the demo's event loop.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from bench.sim.kube import JobState
 from bench.sim.profile import ReplicaSpec
 from bench.sim.replica import ReplicaPool, RequestLog, Router
 from bench.sim.workload import Workload
-from scaler.demo.cluster import Cluster, JobPhase, Pod, PodPhase
+from scaler.demo.cluster import DemoCluster, InfReplica, RepState
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -40,14 +41,6 @@ class Sample:
     research_pending: int
     preemptions: int  # cumulative
     slo: float | None  # attainment so far
-
-
-@dataclass
-class Replica:
-    pod: Pod
-    row: int
-    on_start: Callable[[], None] | None = None
-    stopping: bool = False
 
 
 def column(log: RequestLog, name: str) -> FloatArray:
@@ -83,20 +76,18 @@ class World:
 
     spec: ReplicaSpec
     workload: Workload
-    cluster: Cluster
-    service: str
+    cluster: DemoCluster
     max_rows: int
     slo: SloTracker
     dt: float = 2.0
     record_s: float = 300.0
     now: float = 0.0
-    # Called when a replica starts serving / stops (the owner runs its HTTP server and
-    # rewrites the scaler's target list).
-    on_ready: Callable[[Replica], None] | None = None
-    on_gone: Callable[[Replica], None] | None = None
+    # Called when a replica starts serving / has exited (the owner runs its HTTP server
+    # and keeps the scaler's target list).
+    on_ready: Callable[[InfReplica], None] | None = None
+    on_gone: Callable[[InfReplica], None] | None = None
     desired: int | None = None  # the latest answer the KEDA driver got, for the record
     records: list[Sample] = field(default_factory=list)
-    replicas: dict[int, Replica] = field(default_factory=dict)  # pod id -> replica
 
     def __post_init__(self) -> None:
         w = self.workload
@@ -108,33 +99,28 @@ class World:
         self._recorded_arrivals = 0
 
     # ---- replica lifecycle ---------------------------------------------------------------
-    def start_replica(self, pod: Pod) -> Replica:
+    def start_replica(self, rep: InfReplica) -> None:
+        """A pod became Ready: its engine starts (counters at 0) and takes requests."""
         if not self._free_rows:
             raise RuntimeError(f"more than {self.max_rows} replica processes at once")
-        row = self._free_rows.pop()
-        self.pool.start(row, self.now)
-        rep = Replica(pod, row)
-        self.replicas[pod.id] = rep
+        rep.row = self._free_rows.pop()
+        self.pool.start(rep.row, self.now)
         if self.on_ready is not None:
             self.on_ready(rep)
-        return rep
 
-    def drain(self, pods: list[Pod]) -> None:
-        """Scale-down: stop routing to these pods; they exit once idle."""
-        for pod in pods:
-            rep = self.replicas[pod.id]
-            rep.stopping = True
+    def drain(self, reps: list[InfReplica]) -> None:
+        """Scale-down: stop routing to these replicas; they exit once idle."""
+        for rep in reps:
             resend = self.pool.drain(rep.row)
             if resend:
                 self.router.route(self.pool, resend)
 
     def _reap(self) -> None:
-        for rep in [r for r in self.replicas.values() if r.stopping]:
+        for rep in [r for r in self.cluster.replicas if r.state is RepState.DRAINING]:
             if self.pool.idle(rep.row):
                 self.pool.stop(rep.row)
-                del self.replicas[rep.pod.id]
                 self._free_rows.append(rep.row)
-                self.cluster.pod_gone(rep.pod, self.now)
+                self.cluster.gone(rep, self.now)
                 if self.on_gone is not None:
                     self.on_gone(rep)
 
@@ -147,10 +133,10 @@ class World:
             i, j = self.workload.arrivals(t, t + self.dt)
             self.router.route(self.pool, np.arange(i, j))
             self.pool.step(t, self.dt)
-            trans = self.cluster.step(t, self.dt)
+            ready = self.cluster.step(t, self.dt)
             self.now = t + self.dt
-            for pod in trans.ready:
-                self.start_replica(pod)
+            for rep in ready:
+                self.start_replica(rep)
             self._reap()
             if self.router.held and self.pool.serving.any():
                 self.router.route(self.pool, [])
@@ -160,7 +146,7 @@ class World:
             steps += 1
 
     def _record(self) -> None:
-        c, svc = self.cluster, self.service
+        c = self.cluster
         self.slo.advance(self.log, self.now)
         arrived = self.arrived()
         rps = (arrived - self._recorded_arrivals) / self.record_s
@@ -169,16 +155,16 @@ class World:
             Sample(
                 t=self.now,
                 rps=rps,
-                ready=c.count(svc, PodPhase.READY),
-                starting=c.count(svc, PodPhase.STARTING),
-                pending=c.count(svc, PodPhase.PENDING),
-                draining=c.count(svc, PodPhase.TERMINATING),
+                ready=c.count(RepState.READY),
+                starting=c.count(RepState.LOADING),
+                pending=c.count(RepState.PENDING),
+                draining=c.count(RepState.DRAINING),
                 desired=self.desired,
                 inference_gpus=c.inference_gpus(),
-                research_gpus=c.research_gpus(JobPhase.RUNNING),
-                research_terminating_gpus=c.research_gpus(JobPhase.TERMINATING),
-                research_running=c.jobs_in(JobPhase.RUNNING),
-                research_pending=c.jobs_in(JobPhase.PENDING),
+                research_gpus=c.research_gpus(JobState.RUNNING),
+                research_terminating_gpus=c.research_gpus(JobState.EVICTED),
+                research_running=c.jobs_in(JobState.RUNNING),
+                research_pending=c.jobs_in(JobState.PENDING),
                 preemptions=c.preemptions,
                 slo=self.slo.attainment,
             )
@@ -189,10 +175,6 @@ class World:
         a = column(self.log, "arrival")[: self.log.n]
         return int(np.searchsorted(a, self.now, side="left"))
 
-    def request_rate(self) -> float:
-        """The workload's modulated rate now (req/s)."""
-        return float(self.workload.rate_at(self.now))
-
     def rate_now(self, window_s: float = 300.0) -> float:
         """Arrivals per second over the last `window_s` simulated seconds."""
         a = column(self.log, "arrival")[: self.log.n]
@@ -200,7 +182,8 @@ class World:
         return float(hi - lo) / max(min(window_s, self.now), 1e-9) if self.now > 0 else 0.0
 
     def waiting(self) -> float:
-        q = sum(len(self.pool.queues[r.row]) for r in self.replicas.values())
+        """Requests queued in the engines and at the router."""
+        q = sum(len(q) for q in self.pool.queues)
         return float(q + len(self.router.held))
 
     @staticmethod
