@@ -15,11 +15,14 @@ CPU attention rejects head_dim 16) with a BPE tokenizer trained locally: nothing
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +38,25 @@ def venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Serialize installs/builds across processes (parallel test runs share .cache)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def install(venv: Path, *, python: str = sys.executable) -> Path:
     """Create the venv with vLLM unless a completed install is already there."""
+    with _locked(venv.with_name(venv.name + ".lock")):
+        return _install(venv, python)
+
+
+def _install(venv: Path, python: str) -> Path:
     py = venv_python(venv)
     if (venv / MARKER).exists() and py.exists():
         print(f"vllm venv ready: {venv}", flush=True)
@@ -61,6 +81,7 @@ def install(venv: Path, *, python: str = sys.executable) -> Path:
 
 _BUILD = r"""
 import random, sys
+from collections.abc import Iterator
 from pathlib import Path
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -91,6 +112,11 @@ print(f"tiny llama written to {out}")
 
 
 def build_model(venv: Path, out: Path) -> Path:
+    with _locked(out.with_name(out.name + ".lock")):
+        return _build_model(venv, out)
+
+
+def _build_model(venv: Path, out: Path) -> Path:
     if (out / MODEL_MARKER).exists():
         print(f"model ready: {out}", flush=True)
         return out
