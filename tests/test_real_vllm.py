@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import httpx
 import pytest
@@ -28,7 +27,7 @@ from scaler.accounting import Capacity
 from scaler.config import parse_config
 from scaler.discovery import Endpoint, StaticDiscovery
 from scaler.load import TargetPhase
-from scaler.loop import ControlLoop, Decide, LoopDeps
+from scaler.loop import ControlLoop, LoopDeps
 from scaler.metrics import ScalerMetrics
 from scaler.scrape import Scraper, ScrapeResult, make_client
 from scaler.snapshot import Snapshots
@@ -153,7 +152,7 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
             scraper,
             Snapshots(),
             LoopDeps(
-                decide=cast(Decide, policy.decide),  # PolicyState is the loop's opaque memory
+                decide=policy.decide,
                 split_pool=accounting.split_pool,
                 capacity=lambda _cfg: Capacity(total_gpus=16),
             ),
