@@ -423,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--role", choices=["main", "targets", "clients"], default="main")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--objects-json", default="")
+    ap.add_argument("--result-file", default="")
     args = ap.parse_args(argv)
 
     if args.role == "targets":
@@ -431,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "clients":
         objs = json.loads(args.objects_json)
         res = asyncio.run(run_clients(args.port, objs, args.rps, args.grpc_seconds, args.streams))
-        print(json.dumps(res), flush=True)
+        # A file, not stdout: ~1 MB of latencies would fill the pipe before anyone reads it.
+        Path(args.result_file).write_text(json.dumps(res))
         return 0
     return orchestrate(args, list(sys.argv[1:] if argv is None else argv))
 
@@ -585,8 +587,9 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                             str(args.streams // k + (c < args.streams % k)),
                             "--objects-json",
                             json.dumps(mine),
+                            "--result-file",
+                            str(tmp / f"clients-{c}.json"),
                         ],
-                        stdout=subprocess.PIPE,
                         text=True,
                         env=env,
                         cwd=REPO,
@@ -623,7 +626,9 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                     completed=min(el, args.grpc_seconds),
                     info=f"CPU {cpu:.0%}, {open_streams_peak:.0f} streams",
                 )
-            results = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in clients]
+            for proc in clients:
+                proc.wait()
+            results = [json.loads((tmp / f"clients-{c}.json").read_text()) for c in range(k)]
             cpug1, tg1 = proc_cpu_seconds(scaler.pid), time.monotonic()
             mg1 = scaler_metrics(metrics_port)
             if "a" in window and "b" in window:
