@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reserve-gpus", type=int, default=4)
     p.add_argument(
         "--thresholds",
-        default="waitingPerReplica=5,kvCacheUsage=0.8,tokensPerSecondPerReplica=auto",
-        help="ours' thresholds (config keys); tokensPerSecondPerReplica=auto sizes it from "
-        "the calibrated capacity; 0 turns a signal off",
+        default="",
+        help="ours' thresholds as config keys, e.g. waitingPerReplica=5,kvCacheUsage=0.8,"
+        "tokensPerSecondPerReplica=auto (auto: sized from the calibrated capacity); "
+        "default: none given, i.e. the product's defaults",
     )
     p.add_argument("--ours-hpa-tolerance", type=float, default=0.0)
     p.add_argument(

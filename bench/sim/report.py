@@ -63,6 +63,16 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         f"(incl. {s['warmup_s']:g} s warm-up, not measured). Reserve {s['reserve_gpus']} GPUs; "
         f"static peak = {s['static_peak_replicas']} replicas.",
         "",
+        "Ours: thresholds "
+        + ", ".join(
+            f"{k}={v:g}" for k, v in s["ours_thresholds"].items() if isinstance(v, float) and v
+        )
+        + f"; scaleDown.stabilizationSeconds {s['ours_scale_down_s']:g}; HPA tolerance "
+        f"{s['ours_hpa_tolerance']:g} (chart), no HPA scale-down window; tokens/s over "
+        f"{s['ours_rate_window_s']:g} s; adaptive reserve "
+        + (f"≤ {s['adaptive_reserve_max_gpus']} GPUs" if s["adaptive_reserve_max_gpus"] else "off")
+        + ". Baselines: Kubernetes HPA defaults (tolerance 0.1, scale-down window 300 s).",
+        "",
         "| policy | requests served | TTFT p50 (s) | TTFT p99 (s) | within SLO "
         f"({slo:g} s) | queue p99 (s) | inference GPU-h | research harvested GPU-h "
         "| share of oracle | research lost GPU-h (% of harvested) | preemptions "

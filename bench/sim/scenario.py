@@ -57,13 +57,10 @@ class Scenario:
     cold_start_s: float = 120.0
     warmup_s: float = 1800.0
     burst: Literal["empirical", "poisson"] = "empirical"
-    # Ours' thresholds (config keys); "auto" for tokensPerSecondPerReplica = the calibrated
-    # per-replica token throughput at the SLO × throughput_target_fraction; 0 = signal off.
-    ours_thresholds: tuple[tuple[str, float | str], ...] = (
-        ("waitingPerReplica", 5.0),
-        ("kvCacheUsage", 0.8),
-        ("tokensPerSecondPerReplica", "auto"),
-    )
+    # Ours' thresholds (config keys). Empty: no `thresholds:` block, i.e. the product's
+    # defaults (scaler.config.DEFAULT_THRESHOLDS). "auto" for tokensPerSecondPerReplica =
+    # the calibrated per-replica token throughput at the SLO × throughput_target_fraction.
+    ours_thresholds: tuple[tuple[str, float | str], ...] = ()
     throughput_target_fraction: float = 0.9
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
     ours_scale_down_s: float = 300.0  # inference scaleDown.stabilizationSeconds (default)
@@ -138,6 +135,7 @@ def calibrate(scn: Scenario, kind: str) -> Calibration:
 def pool_config(scn: Scenario, cal: Calibration) -> Config:
     tps = scn.throughput_target_fraction * cal.per_replica_rps * cal.mean_tokens
     thresholds = {k: (round(tps) if v == "auto" else v) for k, v in scn.ours_thresholds}
+    svc_extra = {"thresholds": thresholds} if thresholds else {}
     return parse_config(
         {
             "pool": {
@@ -162,7 +160,7 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                     "minReplicas": 1,
                     "maxReplicas": scn.max_replicas,
                     "targets": {"static": ["127.0.0.1:8000"]},
-                    "thresholds": thresholds,
+                    **svc_extra,
                     "scaleDown": {"stabilizationSeconds": scn.ours_scale_down_s},
                     "coldStartSeconds": scn.cold_start_s,
                 }
