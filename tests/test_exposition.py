@@ -159,6 +159,18 @@ OUT_OF_ORDER = (
     'vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.1\n'
 )
 
+OPENMETRICS = (
+    "# TYPE vllm:num_requests_waiting gauge\n"
+    'vllm:num_requests_waiting{engine="0",model_name="m"} 4.0\n'
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{engine="0",model_name="m"} 1.0\n'
+    "# TYPE vllm:generation_tokens counter\n"
+    "# UNIT vllm:generation_tokens tokens\n"
+    'vllm:generation_tokens_total{engine="0",model_name="m"} 12.0\n'
+    'vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e+09\n'
+    "# EOF\n"
+)
+
 QUIRKS = (
     # first line, no preceding newline; timestamp; tabs and spaces; trailing comma in labels
     'vllm:num_requests_waiting{ engine = "0" , model_name="m", } 1e+01 1700000000000\n'
@@ -217,6 +229,7 @@ def _s(
         pytest.param(
             QUIRKS, "vllm", None, _s(10, 2.5, 0.5, 0.5, 1.5e10, 7, None, 1.7e9), id="format-quirks"
         ),
+        pytest.param(OPENMETRICS, "vllm", None, _s(4, 1, 0, 0, None, 12), id="openmetrics"),
         pytest.param(SGLANG, "sglang", None, _s(12, 30, 0.71, 0.71, 1.2e6, 3.4e6), id="sglang"),
         pytest.param(TGI, "tgi", None, _s(7, 16, 0.0, 0.0, 5000, 2500), id="tgi"),
         pytest.param(v1(), "sglang", None, None, id="vllm-text-read-as-sglang"),
