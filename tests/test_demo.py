@@ -13,13 +13,18 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import httpx
 import pytest
 
 from bench.sim.kube import JobState, ResearchClassSpec
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.demo.cluster import DemoCluster, RepState
 from scaler.demo.engine_http import EngineServer
-from scaler.demo.run import parse_args, run
+from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
+from scaler.demo.run import run
+from scaler.demo.scenario import parse_args
 from scaler.exposition import read_sample
 from scaler.load import EngineSample
 
@@ -186,6 +191,102 @@ def test_driver_imports_nothing_of_the_scaler_but_the_grpc_stubs() -> None:
         "scaler._proto.externalscaler_pb2",
         "scaler._proto.externalscaler_pb2_grpc",
     }
+
+
+# ---- the KEDA driver against a real gRPC server ----------------------------------------
+class FakeScaler(pb_grpc.ExternalScalerServicer):
+    """Answers every trigger with `value`, or aborts with `error`."""
+
+    def __init__(self, value: float, error: grpc.StatusCode | None) -> None:
+        self.value, self.error = value, error
+
+    async def _check(self, context: grpc.aio.ServicerContext) -> None:
+        if self.error is not None:
+            await context.abort(self.error, "no fresh data")
+
+    async def GetMetricSpec(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricSpecResponse:
+        await self._check(context)
+        return pb.GetMetricSpecResponse(
+            metricSpecs=[pb.MetricSpec(metricName="m", targetSize=1, targetSizeFloat=1.0)]
+        )
+
+    async def GetMetrics(
+        self, request: pb.GetMetricsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetMetricsResponse:
+        await self._check(context)
+        v = self.value
+        return pb.GetMetricsResponse(
+            metricValues=[pb.MetricValue(metricName="m", metricValue=int(v), metricValueFloat=v)]
+        )
+
+    async def IsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> pb.IsActiveResponse:
+        await self._check(context)
+        return pb.IsActiveResponse(result=self.value > 0)
+
+
+class RecordingActuator:
+    def __init__(self) -> None:
+        self.hpa_calls: list[tuple[str, float, float]] = []
+        self.job_calls: list[tuple[str, float]] = []
+
+    def hpa(self, service: str, value: float, target: float, *, why: str) -> None:
+        self.hpa_calls.append((service, value, target))
+
+    def scaled_job(self, research_class: str, metric: float) -> None:
+        self.job_calls.append((research_class, metric))
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "want_hpa", "want_jobs", "want_error"),
+    [
+        pytest.param(7.0, None, [("chat", 7.0, 1.0)] * 3, [("eval", 7.0)] * 3, None, id="answers"),
+        # KEDA prefers the float field when it is > 0.
+        pytest.param(2.5, None, [("chat", 2.5, 1.0)] * 3, [("eval", 2.5)] * 3, None, id="float"),
+        # Inference without data: nothing applied; after 3 failures the fallback keeps
+        # the replicas. Research: the failing trigger is skipped (no Jobs).
+        pytest.param(0.0, grpc.StatusCode.UNAVAILABLE, [], [], "fallback", id="unavailable"),
+    ],
+)
+async def test_driver_applies_only_what_grpc_answered(
+    value: float,
+    error: grpc.StatusCode | None,
+    want_hpa: list[tuple[str, float, float]],
+    want_jobs: list[tuple[str, float]],
+    want_error: str | None,
+) -> None:
+    server = grpc.aio.server()
+    pb_grpc.add_ExternalScalerServicer_to_server(FakeScaler(value, error), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    act = RecordingActuator()
+    driver = KedaDriver(
+        stub=pb_grpc.ExternalScalerStub(channel),
+        actuator=act,
+        scaled_objects=[ScaledObject("vllm-chat", "serving", "chat")],
+        scaled_jobs=[ScaledJob("research-eval", "research", "eval")],
+        so_interval_s=1.0,
+        sj_interval_s=1.0,
+        scaler_address=f"127.0.0.1:{port}",
+    )
+    try:
+        for _ in range(3):
+            await driver.poll_scaled_object(driver.scaled_objects[0])
+            await driver.poll_scaled_job(driver.scaled_jobs[0])
+    finally:
+        await channel.close(None)
+        await server.stop(None)
+    assert act.hpa_calls == want_hpa
+    assert act.job_calls == want_jobs
+    so = driver.answers["vllm-chat"]
+    if want_error is None:
+        assert so.error is None and so.value == int(value)
+    else:
+        assert so.failures == 3 and so.error is not None and want_error in so.error
 
 
 # ---- the whole demo, briefly -------------------------------------------------------------
