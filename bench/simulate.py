@@ -76,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
     p.add_argument("--reserve-gpus", type=int, default=4)
     p.add_argument(
+        "--burst",
+        choices=("empirical", "poisson"),
+        default="empirical",
+        help="gaps inside a minute: resampled from the real trace, or Poisson",
+    )
+    p.add_argument(
         "--thresholds",
         default="",
         help="ours' thresholds as config keys, e.g. waitingPerReplica=5,kvCacheUsage=0.8,"
@@ -129,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=a.seed,
         slo_ttft_s=a.slo,
         reserve_gpus=a.reserve_gpus,
+        burst=a.burst,
     )
     out = a.out or Path("bench/results") / f"{a.trace}-{a.days:g}d-{a.pool_gpus}gpu"
     command = "python -m bench.simulate " + shlex.join(argv if argv is not None else sys.argv[1:])
