@@ -60,6 +60,28 @@ TICK_S = 0.05  # real seconds between simulation advances
 CHUNK_S = 0.01
 
 
+@dataclass
+class PacedClock:
+    """Trace time = (real time − start − slip) × compression.
+
+    When the simulation falls behind by more than `max_behind_s` real seconds (CPU busy),
+    the clock slips and the day stretches: catching up in a burst would show the scaler
+    counters growing faster than the compressed clock allows (inflated token rates)."""
+
+    compression: float
+    start: float
+    max_behind_s: float = 0.25
+    slip_s: float = 0.0  # real seconds the day has been stretched by
+
+    def target(self, sim_now: float) -> float:
+        t = (time.monotonic() - self.start - self.slip_s) * self.compression
+        limit = self.max_behind_s * self.compression
+        if t - sim_now > limit:
+            self.slip_s += (t - sim_now - limit) / self.compression
+            t = sim_now + limit
+        return t
+
+
 class ConfigFile:
     """The scaler's config file; rewritten (atomically) when the replica set changes, which
     the scaler's reload picks up: the same path a ConfigMap update takes."""
@@ -138,7 +160,7 @@ class Demo:
         t.add_done_callback(self.tasks.discard)
 
 
-def frame(d: Demo, driver: KedaDriver, started: float, target_t: float) -> Frame:
+def frame(d: Demo, driver: KedaDriver, clock: PacedClock) -> Frame:
     w, c, p = d.world, d.world.cluster, d.p
     so = driver.answers.get(f"vllm-{SERVICE}")
     classes = tuple(
@@ -178,8 +200,8 @@ def frame(d: Demo, driver: KedaDriver, started: float, target_t: float) -> Frame
         slo=w.slo.attainment,
         slo_ttft_s=p.slo_ttft_s,
         grpc_calls=sum(driver.calls.values()),
-        real_s=time.monotonic() - started,
-        lag_s=max(0.0, target_t - w.now),
+        real_s=time.monotonic() - clock.start,
+        stretched_s=clock.slip_s,
     )
 
 
@@ -243,15 +265,14 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
         loop.add_signal_handler(sig, on_signal)
 
     end_t = p.hours * 3600.0
-    started = time.monotonic()
-    target = 0.0
+    clock = PacedClock(p.compression, time.monotonic())
     frames: list[str] = []
     next_frame_t = 0.0
 
     async def simulate() -> None:
-        nonlocal target, next_frame_t
+        nonlocal next_frame_t
         while not stop.is_set() and world.now < end_t - 1e-9:
-            target = min(end_t, (time.monotonic() - started) * p.compression)
+            target = min(end_t, clock.target(world.now))
             budget = time.perf_counter() + CHUNK_S  # then let the scaler and driver run
             while world.now + world.dt <= target and time.perf_counter() < budget:
                 world.advance(target, 2)
@@ -260,7 +281,7 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
             config.flush()
             if world.now >= next_frame_t:  # a text capture of the view every trace hour
                 cap = Console(record=True, width=80, file=io.StringIO())
-                cap.print(render(frame(demo, driver, started, target)))
+                cap.print(render(frame(demo, driver, clock)))
                 frames.append(cap.export_text())
                 next_frame_t += 3600.0
             behind = target - world.now >= world.dt
@@ -271,7 +292,7 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
     async def show() -> None:
         if p.live:
             with Live(
-                render(frame(demo, driver, started, target)),
+                render(frame(demo, driver, clock)),
                 console=con,
                 refresh_per_second=4,
                 transient=False,
@@ -279,14 +300,14 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
                 while not stop.is_set():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), 0.25)
-                    live.update(render(frame(demo, driver, started, target)))
+                    live.update(render(frame(demo, driver, clock)))
         else:
             period = max(p.real(3600.0), 0.5)  # one line per trace hour
             while not stop.is_set():
-                print(plain_line(frame(demo, driver, started, target)), flush=True)
+                print(plain_line(frame(demo, driver, clock)), flush=True)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), period)
-            print(plain_line(frame(demo, driver, started, target)), flush=True)
+            print(plain_line(frame(demo, driver, clock)), flush=True)
 
     try:
         await asyncio.gather(simulate(), driver.run(stop), show())
@@ -303,7 +324,8 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
         await asyncio.gather(*(s.stop() for s in demo.servers.values()), *list(demo.tasks))
         quiet()
 
-    summary = summarize(p, demo, driver, server_side, time.monotonic() - started, interrupted)
+    summary = summarize(p, demo, driver, server_side, time.monotonic() - clock.start, interrupted)
+    summary["stretched_seconds"] = round(clock.slip_s, 1)
     write_outputs(p, demo, summary, frames)
     return summary
 

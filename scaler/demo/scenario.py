@@ -213,7 +213,8 @@ def build_world(p: Params) -> World:
     spec = ReplicaSpec(tp=p.gpus_per_replica)
     curve = dataclasses.replace(load_curve(p.trace), lengths=p.lengths)
     day = WEEKDAY.get(p.trace, 0)
-    duration = p.hours * 3600.0
+    # At least a whole day: the peak rate is the day's peak, however much of it runs.
+    duration = max(p.hours, 24.0) * 3600.0
     workload = make_workload(
         curve,
         start_s=day * DAY + p.start_hour * 3600.0,

@@ -50,7 +50,7 @@ class Frame:
     slo_ttft_s: float
     grpc_calls: int
     real_s: float
-    lag_s: float  # simulated seconds the simulation is behind the compressed clock
+    stretched_s: float  # real seconds the day was stretched because the CPU was busy
 
 
 def pool_bar(f: Frame, width: int = 60) -> Text:
@@ -127,8 +127,8 @@ def render(f: Frame) -> Panel:
         ("  real ", "dim"),
         (f"{f.real_s:4.0f} s", ""),
     )
-    if f.lag_s >= 600:
-        foot.append(f"\nsimulation {f.lag_s / 60:.0f} trace-min behind (CPU busy)", style="red")
+    if f.stretched_s >= 1:
+        foot.append(f"\nCPU busy: the day stretched by {f.stretched_s:.0f} s", style="yellow")
     if f.scaler_error:
         foot.append(f"\nscaler: {f.scaler_error}", style="red")
     body = Group(head, Text(), inf, Text(), res, Text(), pool_bar(f), legend, Text(), foot)
