@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.sim.engine import PoolTiming
 from bench.sim.policies import POLICY_NAMES
 from bench.sim.report import write
 from bench.sim.scenario import Scenario, run_scenario
@@ -120,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         th = tuple(_threshold(kv) for kv in a.thresholds.split(",") if kv)
     except ValueError as e:
         p.error(f"--thresholds: {e}")
+    timing = PoolTiming(research_sigterm_checkpoint_s=a.checkpoint_on_sigterm)
     scn = Scenario(
+        timing=timing,
         ours_thresholds=th,
         ours_hpa_tolerance=a.ours_hpa_tolerance,
         adaptive_reserve_max_gpus=a.adaptive_reserve,

@@ -216,3 +216,12 @@ def test_ledger_counts_only_the_measured_window() -> None:
     assert ledger.useful_gpu_s == pytest.approx(800.0)
     assert ledger.lost_gpu_s == pytest.approx(500.0)
     assert math.isinf(job.run_from)
+
+
+def test_checkpoint_on_sigterm_keeps_all_work() -> None:
+    cls = ResearchClassSpec("pretrain", 8, 12.0, 0.5, checkpoint_s=1800)
+    job = ResearchJob(cls, work_s=36000.0, created=0.0)
+    job.state, job.run_from = JobState.RUNNING, 0.0
+    ledger = Ledger(0.0, 1e9)
+    assert preempt_job(job, 1500.0, ledger, checkpoint_on_sigterm=True) == 0.0
+    assert (job.saved_s, ledger.lost_gpu_s, ledger.useful_gpu_s) == (1500.0, 0.0, 8 * 1500.0)

@@ -44,7 +44,10 @@ class PoolTiming:
     scrape_interval_s: float = 5.0  # our control loop (scrape.intervalSeconds)
     hpa_sync_s: float = 15.0  # --horizontal-pod-autoscaler-sync-period
     keda_polling_s: float = 30.0  # ScaledJob pollingInterval
-    research_grace_s: float = 30.0  # terminationGracePeriodSeconds of research pods
+    research_grace_s: float = 30.0  # a preempted research pod holds its GPUs this long
+    # None: it does not checkpoint on SIGTERM (loses work since its last checkpoint).
+    # Else: it writes a checkpoint on SIGTERM, taking this long (GPUs held until done).
+    research_sigterm_checkpoint_s: float | None = None
     research_startup_s: float = 60.0  # image pull, start, load data/checkpoint: not useful
     record_every_s: float = 60.0
 
@@ -167,7 +170,9 @@ def simulate_policy(
 
     for _ in range(initial_replicas):  # warm start: replicas already serving
         new_replica(t_start)
-    cluster.schedule(t_start, tm.research_grace_s)
+    sigterm = tm.research_sigterm_checkpoint_s
+    victim_hold_s = tm.research_grace_s if sigterm is None else sigterm
+    cluster.schedule(t_start, victim_hold_s)
     for r in replicas:
         if r.pod.phase.value == "bound":
             r.state = RepState.READY
@@ -203,7 +208,7 @@ def simulate_policy(
                     job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
                     cluster.submit(job.pod)
         if cluster.pending:
-            bound, evicted = cluster.schedule(now, tm.research_grace_s)
+            bound, evicted = cluster.schedule(now, victim_hold_s)
             for pod in bound:
                 if pod.kind == "inference":
                     rep = pod.owner
@@ -219,7 +224,7 @@ def simulate_policy(
             for e in evicted:
                 job = e.victim.owner
                 assert isinstance(job, ResearchJob)
-                preempt_job(job, now, ledger)
+                preempt_job(job, now, ledger, checkpoint_on_sigterm=sigterm is not None)
                 running_jobs.remove(job)
         for r in replicas:
             if r.state is RepState.LOADING and now >= r.ready_at:

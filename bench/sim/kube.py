@@ -345,14 +345,21 @@ class Backlog:
         return ResearchJob(c, max(60.0, hours * 3600.0), now)
 
 
-def preempt_job(job: ResearchJob, now: float, ledger: Ledger) -> float:
+def preempt_job(
+    job: ResearchJob, now: float, ledger: Ledger, *, checkpoint_on_sigterm: bool = False
+) -> float:
     """The job's pod was evicted at `now`: keep whole checkpoints, lose the rest.
 
-    Returns the GPU-seconds lost. The pod's grace period is not used to checkpoint (the
-    conservative case); the Job is re-created pending once the pod is gone.
+    Returns the GPU-seconds lost. By default the pod does not use its grace period to
+    checkpoint (the conservative case); with `checkpoint_on_sigterm` it saves everything
+    (the chart's contract: the grace period is for checkpointing). The Job is re-created
+    pending once the pod is gone.
     """
     x = job.progress(now)
-    kept = math.floor(x / job.cls.checkpoint_s) * job.cls.checkpoint_s if x > 0 else 0.0
+    if checkpoint_on_sigterm:
+        kept = x
+    else:
+        kept = math.floor(x / job.cls.checkpoint_s) * job.cls.checkpoint_s if x > 0 else 0.0
     lost = x - kept
     g = job.cls.gpus
     ledger.useful_gpu_s += g * ledger.clip(job.run_from, job.run_from + kept)

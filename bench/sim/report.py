@@ -71,7 +71,14 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         f"{s['ours_hpa_tolerance']:g} (chart), no HPA scale-down window; tokens/s over "
         f"{s['ours_rate_window_s']:g} s; adaptive reserve "
         + (f"≤ {s['adaptive_reserve_max_gpus']} GPUs" if s["adaptive_reserve_max_gpus"] else "off")
-        + ". Baselines: Kubernetes HPA defaults (tolerance 0.1, scale-down window 300 s).",
+        + ". Baselines: Kubernetes HPA defaults (tolerance 0.1, scale-down window 300 s). "
+        + (
+            f"Preempted research pods lose the work since their last checkpoint and hold "
+            f"their GPUs {s['timing']['research_grace_s']:g} s."
+            if s["timing"]["research_sigterm_checkpoint_s"] is None
+            else f"Preempted research pods checkpoint on SIGTERM in "
+            f"{s['timing']['research_sigterm_checkpoint_s']:g} s (GPUs held meanwhile)."
+        ),
         "",
         "| policy | requests served | TTFT p50 (s) | TTFT p99 (s) | within SLO "
         f"({slo:g} s) | queue p99 (s) | inference GPU-h | research harvested GPU-h "
