@@ -679,7 +679,8 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
     for r in results:
         for x, at in zip(r["latencies"], r["sent_at"], strict=True):
             since_end = (at - last_cycle) % args.interval
-            (during if since_end > args.interval - cycle_s else outside).append(x)
+            if cycle_s < args.interval:  # else cycles overlap: no "between"
+                (during if since_end > args.interval - cycle_s else outside).append(x)
     during.sort()
     outside.sort()
     ok = sum(r["ok"] for r in results)
