@@ -193,6 +193,46 @@ def test_driver_imports_nothing_of_the_scaler_but_the_grpc_stubs() -> None:
     }
 
 
+# ---- flags --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--gpus-per-replica", "1"], "does not fit", id="model-does-not-fit"),
+        pytest.param(["--trace", "servegen-r1", "--hours", "30"], "spans 1.0 days", id="span"),
+        pytest.param(["--start-hour", "24"], "--start-hour", id="start-hour"),
+        pytest.param(["--pool-gpus", "6"], "reserve", id="pool-too-small"),
+        pytest.param(["--day-seconds", "0"], "--day-seconds", id="day-seconds"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_compressed_config_is_valid_and_scales_every_interval(tmp_path: Path) -> None:
+    from scaler.config import parse_config
+    from scaler.demo.scenario import pool_config
+
+    slow, fast = (parse_args(["--day-seconds", d, "--out", str(tmp_path)]) for d in ("150", "60"))
+    cfg_slow = parse_config(pool_config(slow, ["127.0.0.1:1"], 120.0))
+    cfg_fast = parse_config(pool_config(fast, ["127.0.0.1:1"], 120.0))
+    s, f = cfg_slow.inference[0], cfg_fast.inference[0]
+    assert s.coldStartSeconds == pytest.approx(120.0 / 576, rel=1e-3)
+    assert f.coldStartSeconds == pytest.approx(120.0 / 1440, rel=1e-3)
+    # The token-rate threshold is per real second: it grows with the compression.
+    assert f.thresholds.tokensPerSecondPerReplica == pytest.approx(
+        s.thresholds.tokensPerSecondPerReplica * 1440 / 576, rel=1e-3
+    )
+    # Periodic loops have a floor; the scale-down window never shrinks below 3 cycles.
+    for cfg in (cfg_slow, cfg_fast):
+        assert cfg.scrape.intervalSeconds >= 0.4
+        assert cfg.inference[0].scaleDown.stabilizationSeconds >= 3 * cfg.scrape.intervalSeconds
+
+
 # ---- the KEDA driver against a real gRPC server ----------------------------------------
 class FakeScaler(pb_grpc.ExternalScalerServicer):
     """Answers every trigger with `value`, or aborts with `error`."""

@@ -118,6 +118,17 @@ def parse_args(argv: list[str]) -> Params:
         p.error("--day-seconds must be > 0 and --hours in (0, 144]")
     if a.pool_gpus < a.reserve_gpus + a.gpus_per_replica:
         p.error("--pool-gpus must hold the reserve and at least one replica")
+    try:
+        ReplicaSpec(tp=a.gpus_per_replica)
+    except ValueError as e:
+        p.error(f"--gpus-per-replica {a.gpus_per_replica}: {e}")
+    first_s = WEEKDAY.get(a.trace, 0) * DAY + a.start_hour * 3600.0
+    span_s = load_curve(a.trace).span_s
+    if not 0 <= a.start_hour < 24 or first_s + max(a.hours, 24.0) * 3600.0 > span_s:
+        p.error(
+            f"--trace {a.trace} spans {span_s / DAY:.1f} days: --start-hour must be in "
+            f"[0, 24) and --hours must fit from day {first_s / DAY:.0f} of the trace"
+        )
     max_rep = max(1, (a.pool_gpus - a.reserve_gpus) // a.gpus_per_replica)
     capacity = replica_capacity(a.gpus_per_replica, a.lengths, a.slo_ttft, a.seed)
     peak = a.peak_rps if a.peak_rps is not None else 0.8 * max_rep * capacity.per_replica_rps
