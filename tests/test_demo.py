@@ -230,7 +230,9 @@ def test_compressed_config_is_valid_and_scales_every_interval(tmp_path: Path) ->
     # Periodic loops have a floor; the scale-down window never shrinks below 3 cycles.
     for cfg in (cfg_slow, cfg_fast):
         assert cfg.scrape.intervalSeconds >= 0.4
-        assert cfg.inference[0].scaleDown.stabilizationSeconds >= 3 * cfg.scrape.intervalSeconds
+        assert (
+            cfg.inference[0].scaleDown.stabilizationSeconds >= 3 * cfg.scrape.intervalSeconds - 1e-9
+        )
 
 
 # ---- the KEDA driver against a real gRPC server ----------------------------------------
