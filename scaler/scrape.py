@@ -9,6 +9,7 @@ slow or dead target, or a queue behind `max_concurrency`, can never delay the cy
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
 import time
@@ -50,6 +51,12 @@ class ScrapeResult:
 
 class BodyTooLarge(Exception):
     pass
+
+
+@functools.lru_cache(maxsize=8192)
+def _url(job: ScrapeJob) -> httpx.URL:
+    # Parsing the URL string is a third of httpx's request-building time; targets repeat.
+    return httpx.URL(f"{job.scheme}://{job.address}{job.path}")
 
 
 # Text format 0.0.4 explicitly (not OpenMetrics), uncompressed: on the scaler's side
@@ -200,8 +207,7 @@ class Scraper:
         self._observe = observe
 
     async def _fetch(self, job: ScrapeJob, headers: dict[str, str] | None) -> bytes:
-        url = f"{job.scheme}://{job.address}{job.path}"
-        async with self._client.stream("GET", url, headers=headers) as resp:
+        async with self._client.stream("GET", _url(job), headers=headers) as resp:
             if resp.status_code != 200:
                 raise httpx.HTTPStatusError(
                     f"HTTP {resp.status_code}", request=resp.request, response=resp
