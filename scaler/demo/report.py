@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import urllib.request
 from typing import TYPE_CHECKING
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from scaler.demo.keda import KedaDriver
@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from scaler.demo.run import Demo
 
 
-def scaler_grpc_requests(metrics_port: int) -> int:
+async def scaler_grpc_requests(metrics_port: int) -> int:
     """gRPC requests the scaler counted, read from its own /metrics endpoint."""
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as r:  # loopback only
-        text = r.read().decode()
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        r = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+        r.raise_for_status()
     total = 0.0
-    for fam in text_string_to_metric_families(text):
+    for fam in text_string_to_metric_families(r.text):
         if fam.name.endswith("grpc_requests"):
             total += sum(s.value for s in fam.samples if s.name.endswith("_total"))
     return int(total)
@@ -34,7 +34,7 @@ def summarize(
     p: Params,
     d: Demo,
     driver: KedaDriver,
-    server_side: int,
+    server_side: int | None,
     real_s: float,
     interrupted: bool,
 ) -> dict[str, object]:

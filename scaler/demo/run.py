@@ -28,7 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import yaml
+from rich.console import Console
+from rich.live import Live
 
 from bench.sim.kube import JobState
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
@@ -205,11 +208,8 @@ def frame(d: Demo, driver: KedaDriver, clock: PacedClock) -> Frame:
     )
 
 
-async def run(p: Params, console: object | None = None) -> dict[str, object]:
-    from rich.console import Console
-    from rich.live import Live
-
-    con = console if isinstance(console, Console) else Console()
+async def run(p: Params, console: Console | None = None) -> dict[str, object]:
+    con = console or Console()
     p.out.mkdir(parents=True, exist_ok=True)
     world = build_world(p)
     cold = world.spec.cold_start_s
@@ -315,10 +315,9 @@ async def run(p: Params, console: object | None = None) -> dict[str, object]:
         stop.set()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        try:
-            server_side = scaler_grpc_requests(running.metrics_port)
-        except OSError:
-            server_side = -1
+        server_side: int | None = None  # unknown if the scaler's /metrics did not answer
+        with contextlib.suppress(httpx.HTTPError):
+            server_side = await scaler_grpc_requests(running.metrics_port)
         await channel.close(None)
         await scaler.shutdown(running)
         await asyncio.gather(*(s.stop() for s in demo.servers.values()), *list(demo.tasks))
@@ -351,8 +350,6 @@ def _scaler_log_to(path: Path) -> Callable[[], None]:
 
 
 def main(argv: list[str]) -> int:
-    from rich.console import Console
-
     p = parse_args(argv)
     con = Console()
     summary = asyncio.run(run(p, con))
