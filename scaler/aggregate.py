@@ -7,6 +7,19 @@ from collections.abc import Sequence
 from scaler.load import ServiceLoad, TargetPhase, TargetState
 
 
+def _total_rate(rates: Sequence[float], fresh: int) -> float | None:
+    """Service throughput from the targets that have a rate.
+
+    A target has no rate on its first scrape (new replica) or right after a counter reset.
+    Counting it as 0 would invent a zero; waiting for it would stall the throughput signal
+    (and with it research lending) after every scale-up. It is assumed to carry the mean of
+    the others until its second scrape. No rate at all: None (the signal abstains).
+    """
+    if not rates:
+        return None
+    return sum(rates) / len(rates) * fresh
+
+
 def aggregate(
     name: str, states: Sequence[TargetState] | None, now: float, stale_after_s: float
 ) -> ServiceLoad:
@@ -42,8 +55,8 @@ def aggregate(
         running=sum(x.running for x in samples),
         kv_usage_mean=sum(kv) / len(kv) if kv else 0.0,
         kv_usage_max=max((x.kv_usage_max for x in samples), default=0.0),
-        # A rate is only meaningful when every fresh target has one.
-        tokens_per_s=sum(rates) if fresh and len(rates) == len(fresh) else None,
+        tokens_per_s=_total_rate(rates, len(fresh)),
         complete=unhealthy == 0,
-        reason="; ".join(reasons[:5]) + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else ""),
+        reason="; ".join(reasons[:5])
+        + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else ""),
     )

@@ -159,7 +159,8 @@ def test_staleness_through_aggregate() -> None:
     states = tracker.update("svc", eps, {A: ok(5, sample(0, 500, waiting=4)), B: failed(5, B)})
     load = aggregate("svc", states, now=5, stale_after_s=stale_after)
     assert load.complete and load.ready == 2 and load.waiting == 10  # B's data still fresh
-    assert load.tokens_per_s is None  # B has no rate yet: no partial sum posing as total
+    # B has no rate yet: it is assumed to carry A's 100 tok/s, neither 0 nor unknown.
+    assert load.tokens_per_s == pytest.approx(200.0)
 
     states = tracker.update("svc", eps, {A: ok(40, sample(0, 4000, waiting=4)), B: failed(40, B)})
     load = aggregate("svc", states, now=40, stale_after_s=stale_after)
