@@ -21,6 +21,7 @@ import httpx
 
 from scaler.config import ScrapeConfig
 from scaler.exposition import Engine, ParseError, read_sample
+from scaler.http1 import LeanHTTP1Transport
 from scaler.load import EngineSample
 
 # Outcome of one scrape, for the `result` label of the scrape counter.
@@ -137,7 +138,8 @@ def make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
     TLS: `caFile` verifies https targets against that bundle, `insecureSkipVerify` does
     not verify at all (both only matter for scheme https). Redirects are not followed and
     proxy environment variables are ignored: a target is an address, not a URL to chase.
-    Concurrency is bounded by the Scraper, not by the pool (see PerTargetTransport).
+    Concurrency is bounded by the Scraper, not by the pool. Plain-http targets go through
+    LeanHTTP1Transport (scaler/http1.py), https through PerTargetTransport.
     """
     verify: ssl.SSLContext | bool = True
     if cfg.insecureSkipVerify:
@@ -145,7 +147,7 @@ def make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
     elif cfg.caFile:
         verify = ssl.create_default_context(cafile=cfg.caFile)
     return httpx.AsyncClient(
-        transport=PerTargetTransport(verify=verify),
+        transport=LeanHTTP1Transport(PerTargetTransport(verify=verify)),
         timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
         headers=DEFAULT_HEADERS,
         follow_redirects=False,
