@@ -65,7 +65,8 @@ def _threshold(kv: str) -> tuple[str, float | str]:
     return key.strip(), "auto" if val.strip() == "auto" else float(val)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
+    """The scenario the command line asks for (exits with a usage error on bad input)."""
     p = argparse.ArgumentParser(prog="python -m bench.simulate", description=__doc__.split("\n")[1])
     p.add_argument("--trace", default="azure-code-week", choices=sorted(TRACES))
     p.add_argument("--days", type=float, default=1.0)
@@ -76,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
     p.add_argument("--reserve-gpus", type=int, default=4)
+    p.add_argument(
+        "--checkpoint-on-sigterm",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="preempted research pods write a checkpoint on SIGTERM taking SECONDS (the "
+        "chart's contract); default: they lose the work since their last checkpoint",
+    )
     p.add_argument(
         "--burst",
         choices=("empirical", "poisson"),
@@ -140,6 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         reserve_gpus=a.reserve_gpus,
         burst=a.burst,
     )
+    return scn, a
+
+
+def main(argv: list[str] | None = None) -> int:
+    scn, a = parse_args(argv)
     out = a.out or Path("bench/results") / f"{a.trace}-{a.days:g}d-{a.pool_gpus}gpu"
     command = "python -m bench.simulate " + shlex.join(argv if argv is not None else sys.argv[1:])
     t0 = time.monotonic()

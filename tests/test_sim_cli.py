@@ -1,0 +1,67 @@
+"""`python -m bench.simulate` command line: every option reaches the scenario."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.simulate import parse_args
+
+
+def test_defaults_are_the_documented_default_scenario() -> None:
+    scn, a = parse_args([])
+    assert (scn.trace, scn.days, scn.pool_gpus, scn.gpus_per_replica) == (
+        "azure-code-week",
+        1.0,
+        64,
+        4,
+    )
+    assert scn.spec.model.name == "Meta-Llama-3-70B" and scn.cold_start_s == 120.0
+    assert scn.ours_thresholds == ()  # the product's defaults
+    assert scn.timing.research_sigterm_checkpoint_s is None
+    assert a.policies.split(",") == [
+        "ours",
+        "static-peak",
+        "queue-threshold",
+        "gpu-util-hpa",
+        "oracle",
+    ]
+
+
+def test_every_option_is_applied() -> None:
+    scn, a = parse_args(
+        "--trace servegen-mid --days 2 --start-day 3 --pool-gpus 32 --gpus-per-replica 8 "
+        "--seed 9 --slo 1.5 --reserve-gpus 8 --checkpoint-on-sigterm 60 --burst poisson "
+        "--thresholds waitingPerReplica=2,tokensPerSecondPerReplica=auto "
+        "--ours-hpa-tolerance 0.1 --ours-scale-down 900 --ours-rate-window 60 "
+        "--adaptive-reserve 16 --jobs 2 --out /tmp/x".split(" ")  # noqa: SIM905
+    )
+    assert (scn.trace, scn.days, scn.start_day, scn.pool_gpus, scn.gpus_per_replica) == (
+        "servegen-mid",
+        2.0,
+        3.0,
+        32,
+        8,
+    )
+    assert (scn.seed, scn.slo_ttft_s, scn.reserve_gpus, scn.burst) == (9, 1.5, 8, "poisson")
+    assert scn.timing.research_sigterm_checkpoint_s == 60.0
+    assert scn.ours_thresholds == (
+        ("waitingPerReplica", 2.0),
+        ("tokensPerSecondPerReplica", "auto"),
+    )
+    assert (scn.ours_hpa_tolerance, scn.ours_scale_down_s, scn.ours_rate_window_s) == (
+        0.1,
+        900.0,
+        60.0,
+    )
+    assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--days", "0"], ["--pool-gpus", "2"], ["--thresholds", "waiting"], ["--trace", "x"]],
+    ids=["days", "pool", "thresholds", "trace"],
+)
+def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        parse_args(argv)
+    assert e.value.code == 2
