@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 from bench.simulate import parse_args
@@ -29,11 +31,13 @@ def test_defaults_are_the_documented_default_scenario() -> None:
 
 def test_every_option_is_applied() -> None:
     scn, a = parse_args(
-        "--trace servegen-mid --days 2 --start-day 3 --pool-gpus 32 --gpus-per-replica 8 "
-        "--seed 9 --slo 1.5 --reserve-gpus 8 --checkpoint-on-sigterm 60 --burst poisson "
-        "--thresholds waitingPerReplica=2,tokensPerSecondPerReplica=auto "
-        "--ours-hpa-tolerance 0.1 --ours-scale-down 900 --ours-rate-window 60 "
-        "--adaptive-reserve 16 --jobs 2 --out /tmp/x".split(" ")  # noqa: SIM905
+        shlex.split(
+            "--trace servegen-mid --days 2 --start-day 3 --pool-gpus 32 --gpus-per-replica 8 "
+            "--seed 9 --slo 1.5 --reserve-gpus 8 --checkpoint-on-sigterm 60 --burst poisson "
+            "--thresholds waitingPerReplica=2,tokensPerSecondPerReplica=auto "
+            "--ours-hpa-tolerance 0.1 --ours-scale-down 900 --ours-rate-window 60 "
+            "--adaptive-reserve 16 --jobs 2 --out /tmp/x"
+        )
     )
     assert (scn.trace, scn.days, scn.start_day, scn.pool_gpus, scn.gpus_per_replica) == (
         "servegen-mid",
