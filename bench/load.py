@@ -257,6 +257,36 @@ async def run_clients(
     }
 
 
+async def run_probe(port: int, seconds: float, every_s: float = 0.02) -> dict[str, Any]:
+    """One sequential GetMetrics every 20 ms from an otherwise idle process: what a
+    client with CPU to spare (KEDA, in Go) sees, without the load generator's own
+    event-loop queueing in the figure."""
+    import grpc
+
+    from scaler._proto import externalscaler_pb2 as pb
+    from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ExternalScalerStub(channel)
+        ref = pb.ScaledObjectRef(
+            name="probe", namespace="bench", scalerMetadata={"service": "svc-0"}
+        )
+        req = pb.GetMetricsRequest(scaledObjectRef=ref, metricName="inference-svc-0")
+        await stub.GetMetrics(req, timeout=5)
+        latencies: list[float] = []
+        errors = 0
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            start = time.perf_counter()
+            try:
+                await stub.GetMetrics(req, timeout=5)
+                latencies.append(time.perf_counter() - start)
+            except grpc.aio.AioRpcError:
+                errors += 1
+            await asyncio.sleep(every_s)
+    return {"latencies": latencies, "errors": errors}
+
+
 # -- the orchestrator ---------------------------------------------------------------------
 
 
@@ -423,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="results file (Markdown)")
     ap.add_argument("--seed", type=int, default=1)
     # Internal roles (the bench starts itself as these).
-    ap.add_argument("--role", choices=["main", "targets", "clients"], default="main")
+    ap.add_argument("--role", choices=["main", "targets", "clients", "probe"], default="main")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--objects-json", default="")
     ap.add_argument("--result-file", default="")
@@ -436,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
         objs = json.loads(args.objects_json)
         res = asyncio.run(run_clients(args.port, objs, args.rps, args.grpc_seconds, args.streams))
         # A file, not stdout: ~1 MB of latencies would fill the pipe before anyone reads it.
+        Path(args.result_file).write_text(json.dumps(res))
+        return 0
+    if args.role == "probe":
+        res = asyncio.run(run_probe(args.port, args.grpc_seconds))
         Path(args.result_file).write_text(json.dumps(res))
         return 0
     return orchestrate(args, list(sys.argv[1:] if argv is None else argv))
@@ -599,6 +633,25 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                     )
                 )
             procs.extend(clients)
+            probe = subprocess.Popen(
+                [
+                    py,
+                    "-m",
+                    "bench.load",
+                    "--role",
+                    "probe",
+                    "--port",
+                    str(grpc_port),
+                    "--grpc-seconds",
+                    str(max(1.0, args.grpc_seconds - 5)),
+                    "--result-file",
+                    str(tmp / "probe.json"),
+                ],
+                text=True,
+                env=env,
+                cwd=REPO,
+            )
+            procs.append(probe)
             # CPU is measured over the steady middle of the phase (clients started, not yet
             # finishing); /metrics is read only at the window's ends and every 10 s, since
             # rendering it costs the scaler CPU too.
@@ -629,8 +682,9 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                     completed=min(el, args.grpc_seconds),
                     info=f"CPU {cpu:.0%}, {open_streams_peak:.0f} streams",
                 )
-            for proc in clients:
+            for proc in [*clients, probe]:
                 proc.wait()
+            probe_res = json.loads((tmp / "probe.json").read_text())
             results = [json.loads((tmp / f"clients-{c}.json").read_text()) for c in range(k)]
             cpug1, tg1 = proc_cpu_seconds(scaler.pid), time.monotonic()
             mg1 = scaler_metrics(metrics_port)
@@ -739,6 +793,15 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
         f"{percentile(lat, 0.99) * ms:.2f} ms",
         "< 5 ms",
         percentile(lat, 0.99) < 0.005,
+    )
+    plat = sorted(probe_res["latencies"])
+    f.add(
+        "phase 2: GetMetrics p50 / p99 / max from an idle probe client (50 RPS, sequential)",
+        f"{percentile(plat, 0.5) * ms:.2f} / {percentile(plat, 0.99) * ms:.2f} / "
+        f"{(plat[-1] if plat else math.nan) * ms:.1f} ms ({len(plat)} calls, "
+        f"{probe_res['errors']} errors)",
+        "p99 < 5 ms",
+        percentile(plat, 0.99) < 0.005,
     )
     f.add(
         "phase 2: GetMetrics p99 while a scrape cycle runs / between cycles",
