@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import ssl
 import time
@@ -23,6 +24,8 @@ from scaler.config import ScrapeConfig
 from scaler.exposition import Engine, ParseError, read_sample
 from scaler.http1 import LeanHTTP1Transport
 from scaler.load import EngineSample
+
+log = logging.getLogger(__name__)
 
 # Outcome of one scrape, for the `result` label of the scrape counter.
 Outcome = Literal[
@@ -274,6 +277,9 @@ class Scraper:
         except (httpx.HTTPError, httpx.InvalidURL, ssl.SSLError, OSError) as e:
             outcome = "connect_error"
             error = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        except Exception as e:  # a bug on odd input must fail this target, not the cycle
+            log.exception("unexpected error scraping %s", job.address)
+            outcome, error = "malformed", f"unexpected {type(e).__name__}: {e}"[:300]
         end = self._clock()
         result = ScrapeResult(job, sample, error, end, end - start, outcome, size)
         if self._observe is not None:

@@ -324,3 +324,17 @@ async def test_per_target_pools_are_reused_and_idle_ones_evicted(
         now[0] = 61.0  # two targets went away (scaled down); one is still scraped
         (res,) = await scraper.scrape_all([ScrapeJob(servers[0].address)])
         assert res.outcome == "ok" and len(transport) == 1
+
+
+async def test_unexpected_reader_error_fails_only_that_target(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import scaler.scrape as scrape_mod
+
+    def broken(text: str, engine: str, model: str | None) -> None:
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(scrape_mod, "read_sample", broken)
+    async with _mock(lambda request: httpx.Response(200, content=REAL)) as client:
+        (res,) = await Scraper(client, timeout_s=1).scrape_all([ScrapeJob("t:1")])
+    assert res.outcome == "malformed" and res.error is not None and "KeyError" in res.error
