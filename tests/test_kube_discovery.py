@@ -4,15 +4,23 @@ against tests/kubeapi.py's fake API server (list + watch, 410 re-list, failures)
 from __future__ import annotations
 
 import copy
+import socket
+import threading
+import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
-from scaler.config import InferenceService
+from scaler.aggregate import aggregate
+from scaler.config import InferenceService, ScrapeConfig
 from scaler.discovery import Endpoint
 from scaler.kube_discovery import KubeDiscovery, pod_endpoints, slice_endpoints
-from scaler.load import TargetPhase
+from scaler.load import ServiceLoad, TargetPhase
+from scaler.scrape import ScrapeJob, Scraper, make_client
+from scaler.tracker import TargetTracker
+from tests.conftest import vllm_exposition
 from tests.kubeapi import FakeKubeAPI, make_endpoint_slice, make_pod
 
 S, ST = TargetPhase.SERVING, TargetPhase.STARTING
@@ -285,3 +293,83 @@ def test_static_service_is_not_ours(discovery: KubeDiscovery) -> None:
         {"name": "s", "gpusPerReplica": 1, "targets": {"static": ["10.0.0.1:8000"]}}
     )
     assert discovery.endpoints(svc) is None
+
+
+# --- discovery -> scrape -> tracker -> aggregate, pods on loopback addresses ------------
+
+
+def _serve_on(ip: str, port: int, body: bytes) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer((ip, port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def _common_free_port(ips: list[str]) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind((ips[0], 0))
+            port = int(s.getsockname()[1])
+        try:
+            for ip in ips[1:]:
+                with socket.socket() as s:
+                    s.bind((ip, port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no common free port")
+
+
+async def test_discovered_pods_are_scraped_and_aggregated(
+    api: FakeKubeAPI, discovery: KubeDiscovery
+) -> None:
+    """Pods are 127.0.0.2 and 127.0.0.3 (all of 127/8 is loopback), one metrics port."""
+    ips = ["127.0.0.2", "127.0.0.3"]
+    port = _common_free_port(ips)
+    servers = [
+        _serve_on(ip, port, vllm_exposition(waiting=w, running=2, kv=0.5).encode())
+        for ip, w in zip(ips, (7, 11), strict=True)
+    ]
+    svc = _svc(labelSelector="app=vllm-chat", port=port)
+    api.put("pods", _pod("a", ips[0]))
+    api.put("pods", _pod("b", ips[1], ready=False))  # loading its model
+    api.put("pods", _pod("c", None, phase="Pending", ready=False))
+    tracker = TargetTracker()
+    try:
+        async with make_client(ScrapeConfig()) as client:
+            scraper = Scraper(client, timeout_s=2)
+
+            async def cycle() -> ServiceLoad:
+                eps = discovery.endpoints(svc)
+                assert eps is not None
+                results = await scraper.scrape_all([ScrapeJob(e.address) for e in eps])
+                states = tracker.update(svc.name, eps, {r.job.address: r for r in results})
+                return aggregate(svc.name, states, time.monotonic(), 30.0)
+
+            FakeKubeAPI.wait_for(lambda: discovery.endpoints(svc) is not None, 15, "synced")
+            load = await cycle()
+            assert (load.ready, load.starting, load.unhealthy, load.waiting) == (1, 2, 0, 7)
+            assert load.complete and load.current == 3
+
+            api.put("pods", _pod("b", ips[1]))  # Ready: now serving capacity
+            FakeKubeAPI.wait_for(
+                lambda: Endpoint(f"{ips[1]}:{port}", S) in (discovery.endpoints(svc) or []),
+                15,
+                "b ready",
+            )
+            load = await cycle()
+            assert (load.ready, load.starting, load.waiting, load.running) == (2, 1, 18, 4)
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
