@@ -80,18 +80,23 @@ NAMES: dict[str, _Names] = {
 START_TIME = "process_start_time_seconds"
 
 # One sample line. Label values: any char but `"`, `\` and newline, or the three escapes.
-_LV = r'"(?:[^"\\\n]|\\[\\"n])*"'
-_LP = rf"[ \t]*[a-zA-Z_][a-zA-Z0-9_]*[ \t]*=[ \t]*{_LV}[ \t]*"
+# Possessive quantifiers (`*+`, Python 3.11+) everywhere: no token can start with what the
+# previous one may end with, so nothing needs to be given back, and a hostile line (100 KB
+# of spaces inside a used family) fails in linear time instead of blocking the event loop.
+_LV = r'"(?:[^"\\\n]|\\[\\"n])*+"'
+_PAIR_RE = rf"[a-zA-Z_][a-zA-Z0-9_]*+[ \t]*+=[ \t]*+{_LV}"
 _LINE = re.compile(
-    rf"[a-zA-Z_:][a-zA-Z0-9_:]*[ \t]*"
-    rf"(?:\{{(?P<labels>(?:{_LP}(?:,{_LP})*,?)?[ \t]*)\}})?"
-    r"[ \t]+(?P<value>\S+)(?:[ \t]+-?[0-9]+)?[ \t]*"
+    r"[a-zA-Z_:][a-zA-Z0-9_:]*+"
+    rf"(?:[ \t]*+\{{(?P<labels>[ \t]*+(?:{_PAIR_RE}[ \t]*+(?:,[ \t]*+{_PAIR_RE}[ \t]*+)*+"
+    r"(?:,[ \t]*+)?)?)\})?"
+    r"[ \t]++(?P<value>\S++)(?:[ \t]++-?[0-9]++)?[ \t]*+"
 )
-_PAIR = re.compile(rf"([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*({_LV})")
+_PAIR = re.compile(rf"([a-zA-Z_][a-zA-Z0-9_]*+)[ \t]*+=[ \t]*+({_LV})")
 # Go's ParseFloat spellings that Prometheus emits; Python's float() alone would also take
 # "1_000" or " 1".
 _VALUE = re.compile(
-    r"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[iI][nN][fF](?:inity)?)|[nN]a[nN]"
+    r"[+-]?(?:(?:[0-9]++(?:\.[0-9]*+)?|\.[0-9]++)(?:[eE][+-]?[0-9]++)?|[iI][nN][fF](?:inity)?)"
+    r"|[nN]a[nN]"
 )
 _UNESCAPE = re.compile(r"\\(.)")
 _ESCAPES = {"n": "\n", "\\": "\\", '"': '"'}

@@ -332,3 +332,26 @@ def test_matches_prometheus_client_on_what_it_writes(
     assert ours == read_sample_reference(text, "vllm", model)
     assert ours.engines == len(engines)
     assert read_sample(text, "vllm", model + "-other") is None
+
+
+@pytest.mark.timeout(60)  # with backtracking these take minutes each: the event loop would hang
+@pytest.mark.parametrize(
+    "line",
+    [
+        'vllm:num_requests_waiting{a="b"' + " " * 300_000 + "x",
+        'vllm:num_requests_waiting{a="b",' + " " * 300_000 + "x",
+        "vllm:num_requests_waiting" + " " * 300_000 + "x y z",
+        "vllm:num_requests_waiting 1" + "1" * 300_000 + "x",
+        'vllm:num_requests_waiting{a="' + "b\\\\" * 150_000,
+    ],
+    ids=[
+        "spaces-after-label",
+        "spaces-after-comma",
+        "spaces-before-value",
+        "long-number",
+        "open-quote",
+    ],
+)
+def test_hostile_lines_fail_in_linear_time(line: str) -> None:
+    with pytest.raises(ParseError):
+        read_sample(line + "\nvllm:num_requests_running 1\n")
