@@ -1,4 +1,7 @@
-"""Where each inference service's replicas are: the targets to scrape and their phase."""
+"""Where each inference service's replicas are: the targets to scrape and their phase.
+
+Static lists here; Kubernetes pods / EndpointSlices in `scaler/kube_discovery.py`.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from scaler.load import TargetPhase
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    address: str  # host:port
+    address: str  # host:port ([v6]:port); "namespace/pod" for a pod without an IP yet
     phase: TargetPhase
 
 
