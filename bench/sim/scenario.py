@@ -242,46 +242,55 @@ def run_scenario(
     assert isinstance(oracle, Oracle)
     init = oracle.target(t0)
 
-    def one(name: str) -> PolicyResult:
-        p = pols[name]
-        t = time.monotonic()
-        r = simulate_policy(
-            p,
-            w,
-            spec=scn.spec,
-            pool_gpus=scn.pool_gpus,
-            gpus_per_node=scn.gpus_per_node,
-            classes=list(scn.classes),
-            t_start=t0,
-            t_end=t1,
-            initial_replicas=static_n if name == "static-peak" else init,
-            seed=scn.seed,
-            timing=scn.timing,
-            progress=(lambda f: progress(name, f)) if progress else None,
-        )
-        r.wall_s = time.monotonic() - t
-        return r
-
+    tasks = [
+        _Task(scn, n, pols[n], w, static_n if n == "static-peak" else init, t0, t1, progress)
+        for n in policies
+    ]
     if jobs > 1:
         from concurrent.futures import ProcessPoolExecutor
         from multiprocessing import get_context
 
-        _CHILD["one"] = one  # inherited by the forked workers (closures do not pickle)
         with ProcessPoolExecutor(jobs, mp_context=get_context("fork")) as ex:
-            outs = list(ex.map(_run_in_child, policies))
-        _CHILD.clear()
-        results = dict(zip(policies, outs, strict=True))
+            outs = list(ex.map(_simulate_task, tasks))
     else:
-        results = {n: one(n) for n in policies}
+        outs = [_simulate_task(t) for t in tasks]
+    results = dict(zip(policies, outs, strict=True))
     return ScenarioRun(scn, cal, peak, len(w), results, static_n, cfg)
 
 
-_CHILD: dict[str, Any] = {}
+@dataclass(frozen=True)
+class _Task:
+    """One policy's run; picklable, so it can go to a worker process."""
+
+    scn: Scenario
+    name: str
+    policy: Policy
+    workload: Workload
+    initial_replicas: int
+    t0: float
+    t1: float
+    progress: Callable[[str, float], None] | None
 
 
-def _run_in_child(name: str) -> PolicyResult:
-    fn: Callable[[str], PolicyResult] = _CHILD["one"]
-    return fn(name)
+def _simulate_task(task: _Task) -> PolicyResult:
+    scn, name, report = task.scn, task.name, task.progress
+    t = time.monotonic()
+    r = simulate_policy(
+        task.policy,
+        task.workload,
+        spec=scn.spec,
+        pool_gpus=scn.pool_gpus,
+        gpus_per_node=scn.gpus_per_node,
+        classes=list(scn.classes),
+        t_start=task.t0,
+        t_end=task.t1,
+        initial_replicas=task.initial_replicas,
+        seed=scn.seed,
+        timing=scn.timing,
+        progress=(lambda f: report(name, f)) if report is not None else None,
+    )
+    r.wall_s = time.monotonic() - t
+    return r
 
 
 def scenario_dict(run: ScenarioRun) -> dict[str, Any]:
