@@ -254,6 +254,7 @@ async def run_clients(
         "late_periods": counts["late_periods"],
         "stream_messages": counts["stream_messages"],
         "elapsed": elapsed,
+        "cpu_s": time.process_time(),
     }
 
 
@@ -284,7 +285,7 @@ async def run_probe(port: int, seconds: float, every_s: float = 0.02) -> dict[st
             except grpc.aio.AioRpcError:
                 errors += 1
             await asyncio.sleep(every_s)
-    return {"latencies": latencies, "errors": errors}
+    return {"latencies": latencies, "errors": errors, "cpu_s": time.process_time()}
 
 
 # -- the orchestrator ---------------------------------------------------------------------
@@ -602,6 +603,7 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                 proc_cpu_seconds(scaler.pid),
                 time.monotonic(),
             )
+            targets_cpu0 = proc_cpu_seconds(targets.pid)
             clients = []
             k = args.client_procs
             for c in range(k):
@@ -685,6 +687,7 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
             for proc in [*clients, probe]:
                 proc.wait()
             probe_res = json.loads((tmp / "probe.json").read_text())
+            targets_cpu = proc_cpu_seconds(targets.pid) - targets_cpu0
             results = [json.loads((tmp / f"clients-{c}.json").read_text()) for c in range(k)]
             cpug1, tg1 = proc_cpu_seconds(scaler.pid), time.monotonic()
             mg1 = scaler_metrics(metrics_port)
@@ -816,6 +819,11 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
     f.add(
         "phase 2: scaler CPU (scrape + gRPC), steady window",
         f"{grpc_cpu:.1%} of one core at {served_rps:.0f} RPS (scaler-counted)",
+    )
+    gen_cpu = (sum(r["cpu_s"] for r in results) + probe_res["cpu_s"] + targets_cpu) / elapsed
+    f.add(
+        "phase 2: load generator CPU (clients + probe + targets), same cores",
+        f"{gen_cpu:.0%} of one core",
     )
     f.add(
         "phase 2: control-loop cycle wall time (mean, under gRPC load)",
