@@ -82,7 +82,8 @@ class Series:
 @dataclass
 class PolicyResult:
     name: str
-    ttft: npt.NDArray[np.float64]  # per measured request; inf = no first token by the end
+    # Per measured request; no first token by the end: the lower bound (end − arrival).
+    ttft: npt.NDArray[np.float64]
     queue: npt.NDArray[np.float64]
     served: int
     inference_gpu_s: float
@@ -90,6 +91,7 @@ class PolicyResult:
     ledger: Ledger
     replica_changes: int
     series: Series
+    arrival: npt.NDArray[np.float64]  # of the measured requests
     wall_s: float = 0.0
 
 
@@ -296,12 +298,12 @@ def simulate_policy(
     m = (workload.arrival >= 0) & (workload.arrival < t_end)
     arr = workload.arrival[m]
     first = log.first_token[: log.n][m]
-    ttft = np.where(np.isnan(first), np.inf, first - arr)
+    ttft = np.where(np.isnan(first), t_end - arr, first - arr)
     adm = log.admitted[: log.n][m]
     queue = np.where(np.isnan(adm), t_end - arr, adm - arr)
     served = int(np.count_nonzero(~np.isnan(log.finished[: log.n][m])))
     if progress is not None:
         progress(1.0)
     return PolicyResult(
-        policy.name, ttft, queue, served, inf_gpu_s, res_gpu_s, ledger, changes, series
+        policy.name, ttft, queue, served, inf_gpu_s, res_gpu_s, ledger, changes, series, arr
     )

@@ -1,0 +1,54 @@
+"""Report files: results.json in the issue's schema, report.md table, pool.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bench.sim.report import policy_metrics, write
+from bench.sim.scenario import ScenarioRun, pool_config
+from tests.test_sim_engine import CAL, SCN, run
+
+KEYS = {
+    "slo_attainment",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "queue_p99_s",
+    "inference_gpu_hours",
+    "harvested_gpu_hours",
+    "oracle_share",
+    "lost_gpu_hours",
+    "preemptions",
+    "replica_changes",
+}
+
+
+def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
+    results = {n: run(n, SCN)[0] for n in ("ours", "oracle")}
+    sr = ScenarioRun(SCN, CAL, 4.0, 12345, results, 4, pool_config(SCN, CAL))
+    data = write(sr, tmp_path, "python -m bench.simulate --x", "test machine")
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk == data
+    assert set(on_disk) == {"scenario", "policies"}
+    assert set(on_disk["policies"]) == {"ours", "oracle"}
+    for m in on_disk["policies"].values():
+        assert set(m) == KEYS
+        assert isinstance(m["preemptions"], int) and isinstance(m["replica_changes"], int)
+        assert 0.0 <= m["slo_attainment"] <= 1.0
+    assert on_disk["policies"]["oracle"]["oracle_share"] == 1.0
+    md = (tmp_path / "report.md").read_text()
+    assert "`python -m bench.simulate --x`" in md and "test machine" in md
+    assert md.count("\n| ours |") == 1 and md.count("\n| oracle |") == 1
+    png = (tmp_path / "pool.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_unserved_requests_count_as_misses_with_a_lower_bound() -> None:
+    res, _ = run("static-peak", SCN)
+    res.ttft = np.array([0.5, 3.0, 100.0, 1.0])  # 100: no first token, end − arrival
+    res.arrival = np.array([0.0, 10.0, 4400.0, 4499.5])  # the last arrived < SLO before end
+    m = policy_metrics(res, 2.0, 1.0)
+    assert m["slo_attainment"] == 1 / 3  # the last one is not decided yet
+    assert m["ttft_p99_s"] > 90.0
