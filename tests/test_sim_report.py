@@ -7,9 +7,39 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.sim.engine import PolicyResult, simulate_policy
 from bench.sim.report import policy_metrics, write
-from bench.sim.scenario import ScenarioRun, pool_config
-from tests.test_sim_engine import CAL, SCN, run
+from bench.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
+from bench.sim.workload import RateCurve, make_workload
+
+SCN = Scenario(pool_gpus=16, gpus_per_replica=4, reserve_gpus=4, warmup_s=300)
+CAL = Calibration(per_replica_rps=1.0, replicas=3, attainment=0.99, mean_tokens=1366, seconds=0)
+FLAT = RateCurve("flat", np.array([0.0, 7200.0]), np.array([1.0, 2.0]), None, None, 600.0, "conv")
+
+
+def run(name: str) -> PolicyResult:
+    w = make_workload(
+        FLAT,
+        start_s=0.0,
+        duration_s=1800.0,
+        peak_rps=2.0,
+        rng=np.random.default_rng(3),
+        lead_in_s=300.0,
+    )
+    pols, _ = make_policies(SCN, pool_config(SCN, CAL), CAL, w, -300.0, 1800.0)
+    return simulate_policy(
+        pols[name],
+        w,
+        spec=SCN.spec,
+        pool_gpus=16,
+        gpus_per_node=8,
+        classes=list(SCN.classes),
+        t_start=-300.0,
+        t_end=1800.0,
+        initial_replicas=2,
+        seed=1,
+    )
+
 
 KEYS = {
     "slo_attainment",
@@ -26,7 +56,7 @@ KEYS = {
 
 
 def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
-    results = {n: run(n, SCN)[0] for n in ("ours", "oracle")}
+    results = {n: run(n) for n in ("ours", "oracle")}
     sr = ScenarioRun(SCN, CAL, 4.0, 12345, results, 4, pool_config(SCN, CAL))
     data = write(sr, tmp_path, "python -m bench.simulate --x", "test machine")
     on_disk = json.loads((tmp_path / "results.json").read_text())
@@ -46,9 +76,9 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
 
 
 def test_unserved_requests_count_as_misses_with_a_lower_bound() -> None:
-    res, _ = run("static-peak", SCN)
+    res = run("static-peak")
     res.ttft = np.array([0.5, 3.0, 100.0, 1.0])  # 100: no first token, end − arrival
-    res.arrival = np.array([0.0, 10.0, 4400.0, 4499.5])  # the last arrived < SLO before end
+    res.arrival = np.array([0.0, 10.0, 1700.0, 1799.5])  # the last arrived < SLO before end
     m = policy_metrics(res, 2.0, 1.0)
     assert m["slo_attainment"] == 1 / 3  # the last one is not decided yet
     assert m["ttft_p99_s"] > 90.0
