@@ -30,9 +30,9 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from scaler.capacity import _Reflector
 from scaler.config import InferenceService, KubernetesTargets
 from scaler.discovery import Endpoint
+from scaler.kube_watch import Reflector
 from scaler.load import TargetPhase
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class _Key:
 
 class _Watch:
     def __init__(
-        self, key: _Key, reflector: _Reflector, lock: threading.Lock, stop: threading.Event
+        self, key: _Key, reflector: Reflector, lock: threading.Lock, stop: threading.Event
     ) -> None:
         self.key = key
         self.reflector = reflector
@@ -162,7 +162,7 @@ class KubeDiscovery:
                 self._discovery.list_namespaced_endpoint_slice, key.namespace
             )
             selector = f"{SERVICE_NAME_LABEL}={key.selector}"
-        reflector = _Reflector(
+        reflector = Reflector(
             f"{key.kind} {key.namespace}/{key.selector}",
             list_fn,
             label_selector=selector,
