@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from scaler.config import ScrapeConfig
-from scaler.scrape import ScrapeJob, Scraper, make_client
+from scaler.scrape import TRANSPORTS, ScrapeJob, Scraper, make_client
 
 DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "shared/fixtures/vllm-0.32.0-cpu"
 
@@ -63,7 +63,7 @@ async def run(args: argparse.Namespace, ports: list[int]) -> list[tuple[float, f
     )
     jobs = [ScrapeJob(f"127.0.0.1:{p}") for p in ports]
     out = []
-    async with make_client(cfg) as client:
+    async with make_client(cfg, args.transport) as client:
         scraper = Scraper(
             client,
             timeout_s=cfg.timeoutSeconds,
@@ -86,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=64, help="scrape.maxConcurrency")
     ap.add_argument("--timeout", type=float, default=2.0, help="scrape.timeoutSeconds")
     ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="lean",
+        help="lean = scaler/http1.py (what the scaler uses); the others are httpx alone",
+    )
     ap.add_argument("--file", type=Path, default=DEFAULT_FILE / "metrics_after_load.txt")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")
     args = ap.parse_args(argv)
@@ -109,13 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         server.wait(10)
 
     size = args.file.stat().st_size
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     lines = [
         f"command: python -m bench.scrape_cycle --targets {args.targets} "
-        f"--concurrency {args.concurrency} --cycles {args.cycles}",
+        f"--concurrency {args.concurrency} --cycles {args.cycles} --transport {args.transport}",
         f"machine: {platform.machine()}, {os.cpu_count()} cores, "
         f"{platform.python_implementation()} {platform.python_version()}, {platform.system()}",
         f"targets: {args.targets} loopback HTTP servers, {size} bytes each ({args.file.name})",
     ]
+    lines.append(f"load average before the run: {load_before}")
     for i, (wall, cpu, ok) in enumerate(cycles):
         kind = "cold (new connections)" if i == 0 else "warm (keep-alive)"
         lines.append(

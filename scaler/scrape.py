@@ -135,7 +135,10 @@ class PerTargetTransport(httpx.AsyncBaseTransport):
         return len(self._pools)
 
 
-def make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
+TRANSPORTS = ("lean", "httpx-per-target", "httpx")
+
+
+def make_client(cfg: ScrapeConfig, transport: str = "lean") -> httpx.AsyncClient:
     """The one AsyncClient every scrape shares (connection reuse across cycles).
 
     TLS: `caFile` verifies https targets against that bundle, `insecureSkipVerify` does
@@ -143,14 +146,30 @@ def make_client(cfg: ScrapeConfig) -> httpx.AsyncClient:
     proxy environment variables are ignored: a target is an address, not a URL to chase.
     Concurrency is bounded by the Scraper, not by the pool. Plain-http targets go through
     LeanHTTP1Transport (scaler/http1.py), https through PerTargetTransport.
+    `transport` selects the library-only alternatives for `bench/scrape_cycle.py`, which
+    keeps the measurement that justifies the hand-written one.
     """
     verify: ssl.SSLContext | bool = True
     if cfg.insecureSkipVerify:
         verify = False
     elif cfg.caFile:
         verify = ssl.create_default_context(cafile=cfg.caFile)
+    base: httpx.AsyncBaseTransport
+    if transport == "lean":
+        base = LeanHTTP1Transport(PerTargetTransport(verify=verify))
+    elif transport == "httpx-per-target":
+        base = PerTargetTransport(verify=verify)
+    elif transport == "httpx":
+        limit = cfg.maxConcurrency
+        base = httpx.AsyncHTTPTransport(
+            verify=verify,
+            trust_env=False,
+            limits=httpx.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+    else:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     return httpx.AsyncClient(
-        transport=LeanHTTP1Transport(PerTargetTransport(verify=verify)),
+        transport=base,
         timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
         headers=DEFAULT_HEADERS,
         follow_redirects=False,
