@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
@@ -208,6 +209,7 @@ class Rig:
     wall: Clock
     path: Path
     scraper: Scraper
+    client: httpx.AsyncClient
 
     async def cycle(self, advance: float = 5.0) -> Decision:
         self.clock.t += advance
@@ -241,8 +243,9 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
         metrics = ScalerMetrics(CollectorRegistry())
         holder = ConfigHolder(path, cfg, metrics)
         snapshots = Snapshots()
+        client = make_client(cfg.scrape)
         scraper = Scraper(
-            make_client(cfg.scrape),
+            client,
             timeout_s=cfg.scrape.timeoutSeconds,
             max_body_bytes=cfg.scrape.maxBodyBytes,
             clock=clock,
@@ -262,13 +265,13 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
             clock=clock,
             wall_clock=wall,
         )
-        rig = Rig(loop, holder, metrics, snapshots, clock, wall, path, scraper)
+        rig = Rig(loop, holder, metrics, snapshots, clock, wall, path, scraper, client)
         made.append(rig)
         return rig
 
     yield make
     for r in made:
-        await r.scraper._client.aclose()
+        await r.client.aclose()
 
 
 async def healthy_start(rig: Rig) -> int:
