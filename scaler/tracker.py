@@ -10,11 +10,14 @@ the target goes stale (TargetState.fresh) instead of reading as idle.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from scaler.discovery import Endpoint
 from scaler.load import EngineSample, TargetState
 from scaler.scrape import ScrapeResult
+
+log = logging.getLogger("scaler.targets")
 
 
 def _restarted(prev: EngineSample, cur: EngineSample) -> bool:
@@ -65,6 +68,9 @@ class TargetTracker:
 
     def __init__(self, *, max_rate_interval_s: float | None = None) -> None:
         self._mem: dict[tuple[str, str], _Memory] = {}
+        # Last scrape error per target (None = ok): a log line on every change, so an
+        # intermittently failing target shows in the logs before its data goes stale.
+        self._last_error: dict[tuple[str, str], str | None] = {}
         self._max_dt = max_rate_interval_s
 
     def _rates(
@@ -103,6 +109,7 @@ class TargetTracker:
                     mem = _Memory(res.sample, res.at, tps, pps, resets)
                     self._mem[key] = mem
             error = "not scraped" if res is None else res.error
+            self._log_change(service, ep.address, error)
             states.append(
                 TargetState(
                     address=ep.address,
@@ -116,7 +123,21 @@ class TargetTracker:
             )
         for key in [k for k in self._mem if k[0] == service and k not in live]:
             del self._mem[key]
+        for key in [k for k in self._last_error if k[0] == service and k not in live]:
+            del self._last_error[key]
         return states
+
+    def _log_change(self, service: str, address: str, error: str | None) -> None:
+        key = (service, address)
+        known = key in self._last_error
+        if known and self._last_error[key] == error:
+            return
+        self._last_error[key] = error
+        ctx = {"service": service, "target": address}
+        if error is not None:
+            log.warning("scrape failing: %s", error, extra=ctx)
+        elif known:
+            log.info("scrape recovered", extra=ctx)
 
     def resets(self, service: str, address: str) -> int:
         """Counter resets seen on this target since it was first tracked."""
@@ -126,3 +147,5 @@ class TargetTracker:
     def forget_service(self, service: str) -> None:
         for key in [k for k in self._mem if k[0] == service]:
             del self._mem[key]
+        for key in [k for k in self._last_error if k[0] == service]:
+            del self._last_error[key]

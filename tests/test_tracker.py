@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import pytest
@@ -167,3 +168,21 @@ def test_staleness_through_aggregate() -> None:
     assert not load.complete and not load.usable
     assert load.ready == 1 and load.unhealthy == 1
     assert "timeout" in load.reason and B in load.reason
+
+
+def test_scrape_outcome_changes_are_logged_once_each(caplog: pytest.LogCaptureFixture) -> None:
+    """Failing and recovering targets are logged on the change, not on every cycle."""
+    caplog.set_level(logging.INFO, logger="scaler.targets")
+    tracker = TargetTracker()
+    eps = [Endpoint(A, TargetPhase.SERVING)]
+    tracker.update("svc", eps, {A: ok(0, sample(0, 0))})
+    tracker.update("svc", eps, {A: failed(5, A)})
+    tracker.update("svc", eps, {A: failed(10, A)})
+    tracker.update("svc", eps, {A: ok(15, sample(0, 0))})
+    tracker.update("svc", eps, {A: ok(20, sample(0, 0))})
+    lines = [(r.levelname, r.getMessage(), r.service, r.target) for r in caplog.records]
+    assert [(lvl, msg.split(":")[0]) for lvl, msg, _, _ in lines] == [
+        ("WARNING", "scrape failing"),
+        ("INFO", "scrape recovered"),
+    ]
+    assert all((svc, tgt) == ("svc", A) for _, _, svc, tgt in lines)
