@@ -50,12 +50,26 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     # Install (cached) + model; fails the test with pip's output if it cannot.
     subprocess.run([sys.executable, str(PEER), "build-model"], check=True, timeout=1500)
     port = _free_port()
+    # A name only our server knows: if another process took the port between _free_port()
+    # and vLLM's bind (parallel test runs), /v1/models tells us and we fail loudly.
+    name = MODEL
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             # niced: on a 2-core machine the scaler (here: this test's event loop) must not
             # starve behind the engine; in production they do not share a node.
-            ["nice", "-n", "10", sys.executable, str(PEER), "serve", "--port", str(port)],
+            [
+                "nice",
+                "-n",
+                "10",
+                sys.executable,
+                str(PEER),
+                "serve",
+                "--port",
+                str(port),
+                "--name",
+                name,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: engine workers stop with it
@@ -70,6 +84,10 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 pytest.fail(f"vLLM not healthy after 300 s:\n{log_path.read_text()[-4000:]}")
             try:
                 if httpx.get(f"http://{address}/health", timeout=2).status_code == 200:
+                    models = httpx.get(f"http://{address}/v1/models", timeout=5).json()
+                    served = [m.get("id") for m in models.get("data", [])]
+                    if name not in served:
+                        pytest.fail(f"port {port} is served by another vLLM ({served})")
                     break
             except httpx.HTTPError:
                 pass
@@ -85,9 +103,10 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 proc.wait(10)
 
 
+MODEL = f"tiny-{os.getpid()}"
 _BODY = json.dumps(
     {
-        "model": "tiny",
+        "model": MODEL,
         "prompt": "the pool gpu scale",
         "max_tokens": 400,
         "ignore_eos": True,

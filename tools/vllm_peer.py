@@ -127,7 +127,9 @@ def _build_model(venv: Path, out: Path) -> Path:
     return out
 
 
-def serve_command(venv: Path, model: Path, port: int, host: str = "127.0.0.1") -> list[str]:
+def serve_command(
+    venv: Path, model: Path, port: int, host: str = "127.0.0.1", name: str = "tiny"
+) -> list[str]:
     return [
         str(venv_python(venv)),
         "-m",
@@ -135,7 +137,7 @@ def serve_command(venv: Path, model: Path, port: int, host: str = "127.0.0.1") -
         "--model",
         str(model),
         "--served-model-name",
-        "tiny",
+        name,
         "--host",
         host,
         "--port",
@@ -169,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", "--out", dest="model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--name", default="tiny", help="served model name")
     args = ap.parse_args(argv)
     if args.command == "install":
         install(args.venv)
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         install(args.venv)
         build_model(args.venv, args.model)
-        cmd = serve_command(args.venv, args.model, args.port, args.host)
+        cmd = serve_command(args.venv, args.model, args.port, args.host, args.name)
         os.execve(cmd[0], cmd, serve_env())
     return 0
 
