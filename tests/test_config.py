@@ -25,7 +25,12 @@ def test_design_md_example_loads_with_documented_values() -> None:
     assert (cfg.server.grpcPort, cfg.server.metricsPort) == (50051, 8080)
     assert (cfg.pool.name, cfg.pool.capacity.gpus, cfg.pool.reserveGPUs) == ("shared-h100", 64, 4)
     chat = cfg.inference[0]
-    assert (chat.name, chat.gpusPerReplica, chat.minReplicas, chat.maxReplicas) == ("chat", 4, 1, 16)
+    assert (chat.name, chat.gpusPerReplica, chat.minReplicas, chat.maxReplicas) == (
+        "chat",
+        4,
+        1,
+        16,
+    )
     assert chat.thresholds.waitingPerReplica == 5 and chat.thresholds.kvCacheUsage == 0.8
     assert chat.scaleDown.stabilizationSeconds == 300 and chat.coldStartSeconds == 180
     assert cfg.research[0].maxJobs == 32
@@ -59,25 +64,63 @@ BAD = [
     ("capacity-neither", "pool.capacity", {}, "pool.capacity: set exactly one of 'gpus'"),
     ("capacity-both", "pool.capacity", {"gpus": 1, "nodes": {}}, "pool.capacity: set exactly one"),
     ("negative-reserve", "pool.reserveGPUs", -1, "pool.reserveGPUs"),
-    ("gpus-per-replica-missing", "inference.0.gpusPerReplica", KeyError,
-     "inference[0].gpusPerReplica: Field required"),
+    (
+        "gpus-per-replica-missing",
+        "inference.0.gpusPerReplica",
+        KeyError,
+        "inference[0].gpusPerReplica: Field required",
+    ),
     ("gpus-per-replica-zero", "inference.0.gpusPerReplica", 0, "inference[0].gpusPerReplica"),
-    ("min-above-max", "inference.0.minReplicas", 20, "minReplicas (20) is greater than maxReplicas"),
+    (
+        "min-above-max",
+        "inference.0.minReplicas",
+        20,
+        "minReplicas (20) is greater than maxReplicas",
+    ),
     ("unknown-engine", "inference.0.engine", "triton", "inference[0].engine"),
-    ("typo-key", "inference.0.thresholds", {"waitingPerReplicas": 5},
-     "inference[0].thresholds.waitingPerReplicas: Extra inputs are not permitted"),
-    ("all-thresholds-off", "inference.0.thresholds", {"waitingPerReplica": 0},
-     "inference[0].thresholds: at least one threshold"),
+    (
+        "typo-key",
+        "inference.0.thresholds",
+        {"waitingPerReplicas": 5},
+        "inference[0].thresholds.waitingPerReplicas: Extra inputs are not permitted",
+    ),
+    (
+        "all-thresholds-off",
+        "inference.0.thresholds",
+        {"waitingPerReplica": 0},
+        "inference[0].thresholds: at least one threshold",
+    ),
     ("kv-above-one", "inference.0.thresholds", {"kvCacheUsage": 80}, "kvCacheUsage"),
-    ("static-not-host-port", "inference.0.targets", {"static": ["10.0.0.5"]},
-     "inference[0].targets: static[0] '10.0.0.5' is not host:port"),
-    ("targets-both", "inference.0.targets", {"static": ["a:1"], "kubernetes": {"labelSelector": "a=b"}},
-     "set exactly one of 'static' or 'kubernetes'"),
-    ("research-gpus-missing", "research.0.gpusPerJob", KeyError, "research[0].gpusPerJob: Field required"),
-    ("timeout-above-interval", "scrape", {"intervalSeconds": 1, "timeoutSeconds": 2},
-     "timeoutSeconds must not exceed intervalSeconds"),
-    ("stale-below-interval", "scrape", {"intervalSeconds": 10, "staleAfterSeconds": 5},
-     "staleAfterSeconds must be at least intervalSeconds"),
+    (
+        "static-not-host-port",
+        "inference.0.targets",
+        {"static": ["10.0.0.5"]},
+        "inference[0].targets: static[0] '10.0.0.5' is not host:port",
+    ),
+    (
+        "targets-both",
+        "inference.0.targets",
+        {"static": ["a:1"], "kubernetes": {"labelSelector": "a=b"}},
+        "set exactly one of 'static' or 'kubernetes'",
+    ),
+    (
+        "research-gpus-missing",
+        "research.0.gpusPerJob",
+        KeyError,
+        "research[0].gpusPerJob: Field required",
+    ),
+    (
+        "timeout-above-interval",
+        "scrape",
+        {"intervalSeconds": 1, "timeoutSeconds": 2},
+        "timeoutSeconds must not exceed intervalSeconds",
+    ),
+    (
+        "stale-below-interval",
+        "scrape",
+        {"intervalSeconds": 10, "staleAfterSeconds": 5},
+        "staleAfterSeconds must be at least intervalSeconds",
+    ),
     ("port-out-of-range", "server", {"grpcPort": 70000}, "server.grpcPort"),
     ("duplicate-service", "inference.1", None, "inference: duplicate name 'chat'"),
 ]
