@@ -46,16 +46,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench.sim.data import shared_dir
+
 REPO = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def shared_dir() -> Path:
-    env = os.environ.get("GPU_POOL_SCALER_SHARED")
-    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared", Path("/work/shared")]:
-        if (cand / "fixtures").exists():
-            return cand
-    raise SystemExit("../shared/fixtures not found; set GPU_POOL_SCALER_SHARED")
 
 
 # -- targets: N vLLM /metrics endpoints in one process ------------------------------------

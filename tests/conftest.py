@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,16 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.sim.data import shared_dir
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def shared_dir() -> Path:
-    """../shared next to the repo (or $GPU_POOL_SCALER_SHARED). Fails loudly if absent."""
-    env = os.environ.get("GPU_POOL_SCALER_SHARED")
-    for cand in ([Path(env)] if env else []) + [REPO.parent / "shared", Path("/work/shared")]:
-        if (cand / "DESIGN.md").exists():
-            return cand
-    raise RuntimeError("../shared (DESIGN.md, fixtures) not found; set GPU_POOL_SCALER_SHARED")
 
 
 SHARED = shared_dir()

@@ -1,5 +1,6 @@
 """Where the shared, read-only data lives: ../shared next to the repository, or
-$GPU_POOL_SCALER_SHARED, or /work/shared. Fails loudly when none has the files."""
+$GPU_POOL_SCALER_SHARED, or /work/shared. Fails loudly when none has the files.
+The one place that knows it: the simulator, the load bench and the tests all ask here."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ def shared_dir() -> Path:
     env = os.environ.get("GPU_POOL_SCALER_SHARED")
     cands = ([Path(env)] if env else []) + [_REPO.parent / "shared", Path("/work/shared")]
     for c in cands:
-        if (c / "traces").is_dir() and (c / "profiles").is_dir():
+        if all((c / d).is_dir() for d in ("traces", "profiles", "fixtures")):
             return c
     raise FileNotFoundError(
-        "shared data (traces/, profiles/) not found in "
+        "shared data (traces/, profiles/, fixtures/) not found in "
         + ", ".join(str(c) for c in cands)
         + "; set GPU_POOL_SCALER_SHARED"
     )
