@@ -6,14 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTO_OUT := scaler/_proto
 
-.PHONY: run test lint proto proto-check bench bench-week bench-sim bench-load clean help
+.PHONY: run test lint proto bench bench-week bench-sim bench-load clean help
 
 help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
 	@echo "make test   - install everything tests need (venv, helm, vLLM CPU) and run them"
 	@echo "make lint   - ruff + mypy"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
-	@echo "make bench  - default benchmarks (results under bench/results/)"
+	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 
 $(STAMP): pyproject.toml
@@ -48,7 +48,12 @@ proto: $(STAMP)
 SIM_DAY := bench/results/azure-code-week-1d-64gpu
 SIM_WEEK := bench/results/azure-code-week-7d-64gpu
 
+SHARED ?= ../shared
+CAPTURE := $(SHARED)/fixtures/vllm-0.32.0-cpu/metrics_after_load.txt
+
 bench: $(STAMP)
+	$(PY) -m bench.parse $(CAPTURE) | tee bench/results/parse.txt
+	$(PY) -m bench.scrape_cycle --targets 500 --out bench/results/scrape_cycle.txt
 	$(PY) -m bench.simulate --jobs 2 --out $(SIM_DAY)
 
 bench-sim: $(STAMP)
