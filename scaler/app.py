@@ -7,15 +7,19 @@ readers, servers) and passes them in, so tests can build the same graph with fak
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
+import httpx
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -40,6 +44,13 @@ log = logging.getLogger("scaler.app")
 
 SERVICE_NAME = "externalscaler.ExternalScaler"
 
+# The GIL switch interval `serve` sets (Python's default is 5 ms). The control loop runs
+# in its own thread; when it holds the GIL (a scrape cycle: ~0.26 CPU s for 500 targets)
+# a gRPC thread that wants it waits up to this long per hand-over, and a KEDA call needs
+# several. 0.5 ms keeps that under the 5 ms p99 target (docs/operations.md#load) at the
+# cost of more frequent switches (measured there: no visible CPU increase).
+GIL_SWITCH_INTERVAL_S = 0.0005
+
 
 @dataclass
 class Options:
@@ -63,8 +74,6 @@ class Running:
     loop: ControlLoop
     holder: ConfigHolder
     metrics: ScalerMetrics
-    stop: asyncio.Event
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class Scaler:
@@ -74,18 +83,15 @@ class Scaler:
         self.metrics = ScalerMetrics(self.registry)
         self.holder = ConfigHolder(options.config_path, config, self.metrics)
         self.snapshots = Snapshots()
-        self.stop_event = asyncio.Event()
         self.draining = False
-        # Client and scraper limits are read at startup; a reload changes them on restart.
-        self._client = make_client(config.scrape)
-        token = config.scrape.bearerTokenFile
-        self.scraper = Scraper(
-            self._client,
-            timeout_s=config.scrape.timeoutSeconds,
-            max_concurrency=config.scrape.maxConcurrency,
-            max_body_bytes=config.scrape.maxBodyBytes,
-            headers=BearerToken(token).headers if token else None,
-        )
+        self._initial = config  # client and scraper limits; a reload changes them on restart
+        self._client: httpx.AsyncClient | None = None
+        self._loop: ControlLoop | None = None
+        self._loop_lock = threading.Lock()
+        # The control thread (serve): its event loop and main task, for shutdown.
+        self._control: threading.Thread | None = None
+        self._control_loop: asyncio.AbstractEventLoop | None = None
+        self._control_task: asyncio.Task[None] | None = None
         self._static = StaticDiscovery()
         self._kube_discovery: Any = None  # KubeDiscovery, built when a service needs it
         self._kube_client: Any = None
@@ -95,10 +101,36 @@ class Scaler:
         self.harvest = accounting.HarvestMeter(
             max_interval_seconds=max(60.0, 3 * config.scrape.intervalSeconds)
         )
-        self.loop = ControlLoop(
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.server: grpc.aio.Server | None = None
+        self.http: HealthServer | None = None
+        self._started = time.monotonic()
+
+    @property
+    def loop(self) -> ControlLoop:
+        """The control loop, built on first use by the thread that runs it: the httpx
+        client's connections belong to that thread's event loop (`serve`: the control
+        thread; `explain`: the caller's)."""
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = self._build_loop()
+            return self._loop
+
+    def _build_loop(self) -> ControlLoop:
+        config = self._initial
+        self._client = make_client(config.scrape)
+        token = config.scrape.bearerTokenFile
+        scraper = Scraper(
+            self._client,
+            timeout_s=config.scrape.timeoutSeconds,
+            max_concurrency=config.scrape.maxConcurrency,
+            max_body_bytes=config.scrape.maxBodyBytes,
+            headers=BearerToken(token).headers if token else None,
+        )
+        return ControlLoop(
             self.holder.current,
             self._discovery_for,
-            self.scraper,
+            scraper,
             self.snapshots,
             LoopDeps(
                 decide=policy.decide,
@@ -109,10 +141,6 @@ class Scaler:
             ),
             self.metrics,
         )
-        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
-        self.server: grpc.aio.Server | None = None
-        self.http: HealthServer | None = None
-        self._started = time.monotonic()
 
     def _discovery_for(self, svc: InferenceService) -> Discovery:
         if svc.targets.static is not None:
@@ -152,7 +180,7 @@ class Scaler:
     def _live(self) -> tuple[bool, str]:
         cfg, _ = self.holder.current()
         budget = max(60.0, 10 * cfg.scrape.intervalSeconds)
-        last = self.loop.last_cycle_at
+        last = self._loop.last_cycle_at if self._loop is not None else None
         ref = last if last is not None else self._started
         age = time.monotonic() - ref
         if age > budget:
@@ -184,7 +212,7 @@ class Scaler:
                 ("grpc.max_receive_message_length", 1024 * 1024),
                 ("grpc.max_concurrent_streams", 1000),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
         )
         pb_grpc.add_ExternalScalerServicer_to_server(
             ExternalScalerServicer(self.snapshots, self.metrics), self.server
@@ -208,56 +236,85 @@ class Scaler:
         )
         self.http.start()
 
+        # The control loop and the config watcher get a thread and event loop of their
+        # own, so that a scrape cycle never queues in front of gRPC calls on this loop.
         # First cycle before declaring ready: KEDA gets answers from real data only.
-        await self.loop.run_once()
+        first: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._control = threading.Thread(
+            target=asyncio.run,
+            args=(self._control_main(first),),
+            name="control-loop",
+            daemon=True,  # shutdown() joins it; a crashed caller must not hang the exit
+        )
+        self._control.start()
+        await asyncio.wrap_future(first)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
-        tasks = [
-            asyncio.create_task(self._run_loop(), name="control-loop"),
-            asyncio.create_task(
-                self.holder.watch(self.stop_event, self.options.reload_seconds), name="config-watch"
-            ),
-        ]
         log.info(
             "serving pool %s: gRPC on %s, metrics on :%d",
             cfg.pool.name,
             address.replace(str(grpc_port), str(bound)),
             self.http.port,
         )
-        return Running(
-            bound,
-            self.http.port,
-            self.snapshots,
-            self.loop,
-            self.holder,
-            self.metrics,
-            self.stop_event,
-            tasks,
-        )
+        return Running(bound, self.http.port, self.snapshots, self.loop, self.holder, self.metrics)
 
-    async def _run_loop(self) -> None:
-        # The first cycle already ran in start(); wait one interval before the next.
+    async def _control_main(self, first: concurrent.futures.Future[None]) -> None:
+        """The control thread: first cycle (reported through `first`), then cycles and
+        config checks until shutdown cancels this task."""
+        self._control_loop = asyncio.get_running_loop()
+        self._control_task = asyncio.current_task()
+        try:
+            await self.loop.run_once()
+            first.set_result(None)
+            stop = asyncio.Event()  # never set: shutdown cancels the task
+            await asyncio.gather(
+                self._run_loop(stop), self.holder.watch(stop, self.options.reload_seconds)
+            )
+        except asyncio.CancelledError:
+            pass  # shutdown
+        except BaseException as e:
+            if not first.done():
+                first.set_exception(e)  # start() raises it
+            else:
+                log.exception("control thread failed")
+        finally:
+            if not first.done():
+                first.cancel()
+            await self._close_client()
+
+    async def _run_loop(self, stop: asyncio.Event) -> None:
+        # The first cycle already ran; wait one interval before the next.
         cfg, _ = self.holder.current()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop_event.wait(), cfg.scrape.intervalSeconds)
-        await self.loop.run(self.stop_event)
+            await asyncio.wait_for(stop.wait(), cfg.scrape.intervalSeconds)
+        await self.loop.run(stop)
+
+    def _stop_control(self) -> None:
+        loop, task = self._control_loop, self._control_task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # its loop already finished
+                loop.call_soon_threadsafe(task.cancel)
 
     async def shutdown(self, running: Running) -> None:
         """SIGTERM: not-serving first (probes and KEDA move away), drain, then exit."""
         self.draining = True
         await self.health.enter_graceful_shutdown()
-        self.stop_event.set()
+        # No further cycles (a cycle in flight is abandoned; the last decision stays and
+        # the draining calls are answered from it).
+        self._stop_control()
         if self.server is not None:
             await self.server.stop(self.options.drain_seconds)
-        for t in running.tasks:
-            t.cancel()
-        await asyncio.gather(*running.tasks, return_exceptions=True)
+        if self._control is not None:
+            await asyncio.to_thread(self._control.join, 10.0)
+            if self._control.is_alive():
+                log.warning("control thread did not stop within 10 s")
         await self.close()
         log.info("stopped cleanly")
 
     async def close(self) -> None:
         """Release clients and watchers (also for one-shot use such as `explain`)."""
-        await self._client.aclose()
+        if self._control is None:  # one-shot use: the client lives on the caller's loop
+            await self._close_client()
         if self._node_capacity is not None:
             self._node_capacity.stop()
         if self._kube_discovery is not None:
@@ -265,8 +322,14 @@ class Scaler:
         if self.http is not None:
             self.http.stop()
 
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
 
 async def serve(config: Config, options: Options) -> int:
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)  # why: see GIL_SWITCH_INTERVAL_S
     scaler = Scaler(config, options)
     running = await scaler.start()
     loop = asyncio.get_running_loop()
