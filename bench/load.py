@@ -296,6 +296,19 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, all threads
 
 
+def cpu_pressure_s() -> float | None:
+    """Seconds during which some runnable task on the machine waited for a CPU (Linux
+    PSI, /proc/pressure/cpu `some total`), or None where the kernel does not report it.
+    The machine is shared: this says how much of a latency figure is the neighbours'."""
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some "):
+                return int(line.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def proc_rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) in MB."""
     status = Path(f"/proc/{pid}/status").read_text()
@@ -653,6 +666,7 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
             # rendering it costs the scaler CPU too.
             open_streams_peak = 0.0
             window: dict[str, tuple[float, float, float]] = {}
+            pressure: dict[str, float | None] = {}
             last_fetch = 0.0
             while any(c.poll() is None for c in clients):
                 time.sleep(0.5)
@@ -667,6 +681,7 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                         open_streams_peak, metric(mg, "gpu_pool_scaler_open_streams")
                     )
                     if edge:
+                        pressure[edge] = cpu_pressure_s()
                         window[edge] = (
                             time.monotonic(),
                             proc_cpu_seconds(scaler.pid),
@@ -688,8 +703,11 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
             if "a" in window and "b" in window:
                 (ta, ca, ra), (tb, cb, rb) = window["a"], window["b"]
                 grpc_cpu, served_rps = (cb - ca) / (tb - ta), (rb - ra) / (tb - ta)
+                pa, pb = pressure.get("a"), pressure.get("b")
+                stalled = (pb - pa) / (tb - ta) if pa is not None and pb is not None else None
             else:  # a phase too short for a steady window: the whole phase
                 grpc_cpu, served_rps = (cpug1 - cpug0) / (tg1 - tg0), math.nan
+                stalled = None
             # Streams were dropped by the clients: the gauge must come back to 0.
             streams_after = metric(mg1, "gpu_pool_scaler_open_streams")
             for _ in range(20):
@@ -819,6 +837,12 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
         "phase 2: load generator CPU (clients + probe + targets), same cores",
         f"{gen_cpu:.0%} of one core",
     )
+    if stalled is not None:
+        f.add(
+            "phase 2: machine CPU pressure, steady window (PSI: share of time some task "
+            "waited for a CPU)",
+            f"{stalled:.0%}",
+        )
     f.add(
         "phase 2: control-loop cycle wall time (mean, under gRPC load)",
         f"{grpc_cyc_sum / max(1, grpc_cycles) * ms:.0f} ms over {grpc_cycles:.0f} cycles",
