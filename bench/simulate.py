@@ -102,9 +102,9 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
     p.add_argument(
         "--ours-scale-down",
         type=float,
-        default=300.0,
+        default=None,
         metavar="SECONDS",
-        help="ours' scaleDown.stabilizationSeconds",
+        help="ours' scaleDown.stabilizationSeconds (default: the product's default)",
     )
     p.add_argument(
         "--ours-rate-window",

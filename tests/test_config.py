@@ -43,6 +43,8 @@ def test_defaults_fill_everything_not_required() -> None:
     assert svc.namespace == "default" and svc.engine == "vllm"
     # No thresholds block: llm-d's saturation levels (queue 5, KV 0.8).
     assert (svc.thresholds.waitingPerReplica, svc.thresholds.kvCacheUsage) == (5.0, 0.8)
+    # No scaleDown block: 600 s, measured by the bench (docs/bench.md, "Sizing experiments").
+    assert svc.scaleDown.stabilizationSeconds == 600.0
 
 
 def _set(d: dict, path: str, value: object) -> dict:  # type: ignore[type-arg]

@@ -63,7 +63,8 @@ class Scenario:
     ours_thresholds: tuple[tuple[str, float | str], ...] = ()
     throughput_target_fraction: float = 0.9
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
-    ours_scale_down_s: float = 300.0  # inference scaleDown.stabilizationSeconds (default)
+    # Ours' scaleDown.stabilizationSeconds; None: no `scaleDown:` key, the product's default.
+    ours_scale_down_s: float | None = None
     ours_rate_window_s: float = 5.0  # what-if: tokens/s over a longer window than 1 scrape
     adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
@@ -136,6 +137,8 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
     tps = scn.throughput_target_fraction * cal.per_replica_rps * cal.mean_tokens
     thresholds = {k: (round(tps) if v == "auto" else v) for k, v in scn.ours_thresholds}
     svc_extra = {"thresholds": thresholds} if thresholds else {}
+    sd = scn.ours_scale_down_s
+    svc_scale_down = {} if sd is None else {"scaleDown": {"stabilizationSeconds": sd}}
     return parse_config(
         {
             "pool": {
@@ -161,7 +164,7 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                     "maxReplicas": scn.max_replicas,
                     "targets": {"static": ["127.0.0.1:8000"]},
                     **svc_extra,
-                    "scaleDown": {"stabilizationSeconds": scn.ours_scale_down_s},
+                    **svc_scale_down,
                     "coldStartSeconds": scn.cold_start_s,
                 }
             ],
@@ -313,4 +316,5 @@ def scenario_dict(run: ScenarioRun) -> dict[str, Any]:
     d["static_peak_replicas"] = run.static_replicas
     svc = run.config.inference[0]
     d["ours_thresholds"] = svc.thresholds.model_dump()
+    d["ours_scale_down_s"] = svc.scaleDown.stabilizationSeconds  # as applied (default or flag)
     return d
