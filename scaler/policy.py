@@ -91,15 +91,24 @@ def queue_replicas(
     replica runs a full batch and holds at most `threshold` waiting. Without it, it falls
     back to HPA's ceil(waiting / threshold), which overshoots: a queue formed when one
     replica too few serves is "one replica's batch", not "batch / threshold replicas".
-    Non-decreasing in `waiting` and in `running`.
+
+    Below the hold level the batch counted is at least running / replicas: replicas that
+    run that many with almost no queue prove they can. This matters when the queue that
+    taught `batch` was not a full batch (vLLM also queues when a step's prefill token
+    budget is spent): a batch learned too low would otherwise pin the replica count.
+    Non-decreasing in `waiting` and in `running` (below the hold level waiting < threshold
+    per replica, where (waiting + running) / (running / replicas + threshold) still grows
+    with running).
     """
     breach = waiting > replicas * threshold
     hold = waiting >= QUEUE_SCALE_DOWN_FRACTION * threshold * replicas
     if batch is not None and batch > 0:
-        demand = _ceil((waiting + running) / (batch + threshold))
         if breach:  # never below the hold level: the next cycle re-learns a stale batch
-            return max(replicas, demand)
-        return replicas if hold else min(replicas, demand)
+            return max(replicas, _ceil((waiting + running) / (batch + threshold)))
+        if hold:
+            return replicas
+        seen = running / replicas if replicas > 0 else 0.0
+        return min(replicas, _ceil((waiting + running) / (max(batch, seen) + threshold)))
     up = _ceil(waiting / threshold)
     if up > replicas:
         return up

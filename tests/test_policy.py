@@ -129,6 +129,12 @@ def test_queue_replicas(waiting: float, replicas: int, threshold: float, expecte
         pytest.param(12, 288, 9, 32, 9, id="inside-band-holds"),
         pytest.param(44, 256, 8, 32, 9, id="just-short-adds-one"),
         pytest.param(60, 10, 4, 500, 4, id="stale-large-batch-never-below-hold-on-breach"),
+        # Bench, conversation trace at 20:30: batch 16.1 was learned from a prefill-budget
+        # queue, yet 15 replicas run 18.1 each with 1.7 waiting. Counting the learned batch
+        # asks 297 / 21.1 -> 15 (pinned); running per replica is a lower bound: 297 / 23.1.
+        pytest.param(25, 272, 15, 16.13, 13, id="running-above-learned-batch-is-a-lower-bound"),
+        pytest.param(41, 349, 15, 16.13, 15, id="lower-bound-not-used-inside-band"),
+        pytest.param(80, 272, 15, 16.13, 17, id="breach-counts-learned-batch-352-over-21.1"),
     ],
 )
 def test_queue_replicas_with_learned_batch(
