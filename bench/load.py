@@ -5,7 +5,8 @@ vLLM targets and M KEDA-like gRPC clients, each in processes of their own.
                          [--streams 100] [--scrape-seconds 60] [--grpc-seconds 60]
                          [--client-procs 2] [--out bench/results/load-YYYYMMDD-HHMM.md]
 
-Processes (so that the scaler's own CPU and RSS can be read from /proc/<pid>):
+Processes (so that the scaler's own CPU and RSS, with its scrape worker's, can be read from
+/proc):
 * targets: one asyncio process serving N HTTP /metrics endpoints, each the real vLLM
   0.32.0 capture (../shared/fixtures) with its load gauges and token counters changing
   over time (a slow wave per target, counters that only grow);
@@ -291,9 +292,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def proc_tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (the scaler's scrape worker is a child process)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
 def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, all threads
+    """utime + stime of all threads of `pid` and of its live child processes."""
+    total = 0.0
+    for p in proc_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
 
 
 def cpu_pressure_s() -> float | None:
@@ -310,10 +332,16 @@ def cpu_pressure_s() -> float | None:
 
 
 def proc_rss_mb(pid: int) -> tuple[float, float]:
-    """(current RSS, peak RSS) in MB."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
-    hwm = int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+    """(current RSS, peak RSS) in MB, summed over `pid` and its child processes (the sum
+    of the peaks: an upper bound of the peak of the sum)."""
+    rss = hwm = 0
+    for p in proc_tree(pid):
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+        except OSError:
+            continue
+        rss += int(re.search(r"VmRSS:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
+        hwm += int(re.search(r"VmHWM:\s+(\d+)", status).group(1))  # type: ignore[union-attr]
     return rss / 1024, hwm / 1024
 
 
@@ -861,7 +889,7 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
     )
     f.add("open streams after clients left", f"{streams_after:.0f}", "0", streams_after == 0)
     f.add(
-        "scaler RSS peak (VmHWM) / at end",
+        "scaler RSS peak (VmHWM) / at end, incl. its child processes",
         f"{rss_peak:.0f} MB / {rss_now:.0f} MB",
         "< 200 MB",
         rss_peak < 200,

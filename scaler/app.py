@@ -14,12 +14,11 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
-import httpx
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
@@ -33,11 +32,12 @@ from scaler.grpc_api import ExternalScalerServicer
 from scaler.grpc_decode import RejectUndecodable
 from scaler.http_api import HealthServer
 from scaler.kube import make_api_client
-from scaler.loop import ControlLoop, LoopDeps
+from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
 from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
 from scaler.reserve import ReserveTracker
 from scaler.scrape import BearerToken, Scraper, make_client
+from scaler.scrape_worker import ProcessScraper
 from scaler.snapshot import Snapshots
 
 log = logging.getLogger("scaler.app")
@@ -62,6 +62,9 @@ class Options:
     reload_seconds: float = 2.0  # how often the config file is checked for changes
     # Kubernetes API client factory; the client is built only when the config needs it.
     kube_api: Callable[[], Any] | None = None
+    # Scrape and parse in a worker process (see scaler/scrape_worker.py); False: in the
+    # control thread (one process, e.g. for a one-shot `explain`).
+    scrape_in_worker: bool = True
 
 
 @dataclass
@@ -85,7 +88,7 @@ class Scaler:
         self.snapshots = Snapshots()
         self.draining = False
         self._initial = config  # client and scraper limits; a reload changes them on restart
-        self._client: httpx.AsyncClient | None = None
+        self._close_scraper: Callable[[], Awaitable[None]] | None = None
         self._loop: ControlLoop | None = None
         self._loop_lock = threading.Lock()
         # The control thread (serve): its event loop and main task, for shutdown.
@@ -118,15 +121,21 @@ class Scaler:
 
     def _build_loop(self) -> ControlLoop:
         config = self._initial
-        self._client = make_client(config.scrape)
-        token = config.scrape.bearerTokenFile
-        scraper = Scraper(
-            self._client,
-            timeout_s=config.scrape.timeoutSeconds,
-            max_concurrency=config.scrape.maxConcurrency,
-            max_body_bytes=config.scrape.maxBodyBytes,
-            headers=BearerToken(token).headers if token else None,
-        )
+        scraper: ScrapeAll
+        if self.options.scrape_in_worker:
+            scraper = ProcessScraper(config.scrape)
+            self._close_scraper = scraper.aclose
+        else:
+            client = make_client(config.scrape)
+            self._close_scraper = client.aclose
+            token = config.scrape.bearerTokenFile
+            scraper = Scraper(
+                client,
+                timeout_s=config.scrape.timeoutSeconds,
+                max_concurrency=config.scrape.maxConcurrency,
+                max_body_bytes=config.scrape.maxBodyBytes,
+                headers=BearerToken(token).headers if token else None,
+            )
         return ControlLoop(
             self.holder.current,
             self._discovery_for,
@@ -323,9 +332,9 @@ class Scaler:
             self.http.stop()
 
     async def _close_client(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        close, self._close_scraper = self._close_scraper, None
+        if close is not None:
+            await close()
 
 
 async def serve(config: Config, options: Options) -> int:

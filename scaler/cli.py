@@ -34,7 +34,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
 
     async def once() -> str:
-        scaler = Scaler(cfg, Options(args.config))
+        # One cycle: scraping in this process (no worker to spawn for it).
+        scaler = Scaler(cfg, Options(args.config, scrape_in_worker=False))
         try:
             decision = await scaler.loop.run_once()
         finally:

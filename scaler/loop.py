@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,7 +25,7 @@ from scaler.load import ServiceLoad
 from scaler.metrics import ScalerMetrics
 from scaler.policy import PolicyState
 from scaler.reserve import ReserveTracker
-from scaler.scrape import ScrapeJob, Scraper, ScrapeResult
+from scaler.scrape import ScrapeJob, ScrapeResult
 from scaler.snapshot import Snapshots
 from scaler.tracker import TargetTracker
 
@@ -50,6 +50,12 @@ class SplitPool(Protocol):
     ) -> tuple[PoolSplit, dict[str, ResearchDecision]]: ...
 
 
+class ScrapeAll(Protocol):
+    """`scaler.scrape.Scraper`, or `scaler.scrape_worker.ProcessScraper` (same results)."""
+
+    async def scrape_all(self, jobs: Sequence[ScrapeJob]) -> list[ScrapeResult]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LoopDeps:
     decide: Decide
@@ -64,7 +70,7 @@ class ControlLoop:
         self,
         config: Callable[[], tuple[Config, int]],  # (config in force, its generation)
         discovery: Callable[[InferenceService], Discovery],
-        scraper: Scraper,
+        scraper: ScrapeAll,
         snapshots: Snapshots,
         deps: LoopDeps,
         metrics: ScalerMetrics,
