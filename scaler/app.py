@@ -44,11 +44,11 @@ log = logging.getLogger("scaler.app")
 
 SERVICE_NAME = "externalscaler.ExternalScaler"
 
-# The GIL switch interval `serve` sets (Python's default is 5 ms). The control loop runs
-# in its own thread; when it holds the GIL (a scrape cycle: ~0.26 CPU s for 500 targets)
-# a gRPC thread that wants it waits up to this long per hand-over, and a KEDA call needs
-# several. 0.5 ms keeps that under the 5 ms p99 target (docs/operations.md#load) at the
-# cost of more frequent switches (measured there: no visible CPU increase).
+# The GIL switch interval `serve` sets (Python's default is 5 ms). Scraping and parsing
+# run in a worker process (scaler/scrape_worker.py); the control thread still holds the
+# GIL for ~30 ms per cycle (results, policy, accounting), and a gRPC call that needs the
+# GIL meanwhile waits up to this long per hand-over, several times per call. Measured in
+# docs/operations.md#load (the thread alone, without the worker, did not meet the target).
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 
@@ -246,7 +246,8 @@ class Scaler:
         self.http.start()
 
         # The control loop and the config watcher get a thread and event loop of their
-        # own, so that a scrape cycle never queues in front of gRPC calls on this loop.
+        # own, so that a cycle never queues in front of gRPC calls on this loop (the
+        # scraping itself runs in the worker process unless `scrape_in_worker` is off).
         # First cycle before declaring ready: KEDA gets answers from real data only.
         first: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._control = threading.Thread(
