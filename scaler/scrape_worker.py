@@ -13,8 +13,10 @@ replaced on the next one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import multiprocessing
+import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -24,6 +26,8 @@ from scaler.scrape import BearerToken, ScrapeJob, Scraper, ScrapeResult, make_cl
 
 log = logging.getLogger(__name__)
 
+WORKER_NICENESS = 5  # ~1/3 of the serving process's CPU weight when both want a core
+
 # Worker-process state: its event loop and Scraper, built once by `_init` so connections
 # are reused across cycles. Lives only in the worker; the serving process never sets it.
 _worker: tuple[asyncio.AbstractEventLoop, Scraper] | None = None
@@ -31,6 +35,12 @@ _worker: tuple[asyncio.AbstractEventLoop, Scraper] | None = None
 
 def _init(cfg: ScrapeConfig) -> None:
     global _worker
+    # Below the serving process in the CPU scheduler: a cycle has seconds of slack
+    # (timeoutSeconds), a KEDA call has milliseconds. Raising niceness needs no privilege,
+    # and in a container it only orders the pod's own processes (cgroup weights between
+    # pods are unchanged). Measured in docs/operations.md#load.
+    with contextlib.suppress(OSError):
+        os.nice(WORKER_NICENESS)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     token = cfg.bearerTokenFile
