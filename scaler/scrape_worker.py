@@ -22,6 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from scaler.config import ScrapeConfig
+from scaler.logs import setup_logging
 from scaler.scrape import BearerToken, ScrapeJob, Scraper, ScrapeResult, make_client
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ _worker: tuple[asyncio.AbstractEventLoop, Scraper] | None = None
 
 def _init(cfg: ScrapeConfig) -> None:
     global _worker
+    # A spawned process starts with bare logging: same format as the server (JSON in a
+    # pod); only warnings and errors, the per-target story is logged by the server.
+    setup_logging("auto", "WARNING")
     # Below the serving process in the CPU scheduler: a cycle has seconds of slack
     # (timeoutSeconds), a KEDA call has milliseconds. Raising niceness needs no privilege,
     # and in a container it only orders the pod's own processes (cgroup weights between
