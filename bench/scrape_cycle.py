@@ -64,12 +64,7 @@ async def run(args: argparse.Namespace, ports: list[int]) -> list[tuple[float, f
     jobs = [ScrapeJob(f"127.0.0.1:{p}") for p in ports]
     out = []
     async with make_client(cfg, args.transport) as client:
-        scraper = Scraper(
-            client,
-            timeout_s=cfg.timeoutSeconds,
-            max_concurrency=cfg.maxConcurrency,
-            max_body_bytes=cfg.maxBodyBytes,
-        )
+        scraper = Scraper.from_config(client, cfg)
         for _ in range(args.cycles):
             c0, w0 = _cpu(), time.perf_counter()
             results = await scraper.scrape_all(jobs)

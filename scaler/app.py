@@ -36,7 +36,7 @@ from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
 from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
 from scaler.reserve import ReserveTracker
-from scaler.scrape import BearerToken, Scraper, make_client
+from scaler.scrape import Scraper, make_client
 from scaler.scrape_worker import ProcessScraper
 from scaler.snapshot import Snapshots
 
@@ -128,14 +128,7 @@ class Scaler:
         else:
             client = make_client(config.scrape)
             self._close_scraper = client.aclose
-            token = config.scrape.bearerTokenFile
-            scraper = Scraper(
-                client,
-                timeout_s=config.scrape.timeoutSeconds,
-                max_concurrency=config.scrape.maxConcurrency,
-                max_body_bytes=config.scrape.maxBodyBytes,
-                headers=BearerToken(token).headers if token else None,
-            )
+            scraper = Scraper.from_config(client, config.scrape)
         return ControlLoop(
             self.holder.current,
             self._discovery_for,

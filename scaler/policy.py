@@ -328,7 +328,24 @@ def decide(
         window=window,
         batch_per_replica=learn_batch(svc, load, batch),
     )
-    decision = ServiceDecision(
+    decision = _decision(
+        svc, load, desired, reason, verdicts, fresh=not abstaining, by=by, recommended=wanted
+    )
+    return decision, state
+
+
+def _decision(
+    svc: InferenceService,
+    load: ServiceLoad,
+    desired: int | None,
+    reason: str,
+    verdicts: tuple[SignalVerdict, ...],
+    *,
+    fresh: bool,
+    by: str,
+    recommended: int | None,
+) -> ServiceDecision:
+    return ServiceDecision(
         name=svc.name,
         namespace=svc.namespace,
         desired=desired,
@@ -337,13 +354,12 @@ def decide(
         starting=load.starting,
         reason=reason,
         signals=verdicts,
-        fresh=not abstaining,
+        fresh=fresh,
         gpus_per_replica=svc.gpusPerReplica,
         decided_by=by,
-        recommended=wanted,
+        recommended=recommended,
         hpa_note=hpa_tolerance_note(desired, load.current),
     )
-    return decision, state
 
 
 def _cold_start_cap(
@@ -421,21 +437,7 @@ def _hold(
         window=window,
         batch_per_replica=prev.batch_per_replica if prev else None,
     )
-    decision = ServiceDecision(
-        name=svc.name,
-        namespace=svc.namespace,
-        desired=desired,
-        current=load.current,
-        ready=load.ready,
-        starting=load.starting,
-        reason=reason,
-        signals=verdicts,
-        fresh=False,
-        gpus_per_replica=svc.gpusPerReplica,
-        decided_by=by,
-        recommended=None,
-        hpa_note=hpa_tolerance_note(desired, load.current),
-    )
+    decision = _decision(svc, load, desired, reason, verdicts, fresh=False, by=by, recommended=None)
     return decision, state
 
 

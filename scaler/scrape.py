@@ -16,7 +16,7 @@ import ssl
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -209,6 +209,19 @@ def headers_provider(cfg: ScrapeConfig) -> Callable[[], dict[str, str]] | None:
 
 
 class Scraper:
+    @classmethod
+    def from_config(cls, client: httpx.AsyncClient, cfg: ScrapeConfig, **kwargs: Any) -> Scraper:
+        """The scraper the config asks for (limits, deadline, bearer token) on `client`."""
+        token = cfg.bearerTokenFile
+        return cls(
+            client,
+            timeout_s=cfg.timeoutSeconds,
+            max_concurrency=cfg.maxConcurrency,
+            max_body_bytes=cfg.maxBodyBytes,
+            headers=BearerToken(token).headers if token else None,
+            **kwargs,
+        )
+
     def __init__(
         self,
         client: httpx.AsyncClient,

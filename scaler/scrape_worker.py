@@ -23,7 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from scaler.config import ScrapeConfig
 from scaler.logs import setup_logging
-from scaler.scrape import BearerToken, ScrapeJob, Scraper, ScrapeResult, make_client
+from scaler.scrape import ScrapeJob, Scraper, ScrapeResult, make_client
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,7 @@ def _init(cfg: ScrapeConfig) -> None:
         os.nice(WORKER_NICENESS)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    token = cfg.bearerTokenFile
-    scraper = Scraper(
-        make_client(cfg),
-        timeout_s=cfg.timeoutSeconds,
-        max_concurrency=cfg.maxConcurrency,
-        max_body_bytes=cfg.maxBodyBytes,
-        headers=BearerToken(token).headers if token else None,
-    )
+    scraper = Scraper.from_config(make_client(cfg), cfg)
     _worker = (loop, scraper)
 
 
