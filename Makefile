@@ -48,8 +48,7 @@ proto: $(STAMP)
 SIM_DAY := bench/results/azure-code-week-1d-64gpu
 SIM_WEEK := bench/results/azure-code-week-7d-64gpu
 
-SHARED ?= ../shared
-CAPTURE := $(SHARED)/fixtures/vllm-0.32.0-cpu/metrics_after_load.txt
+CAPTURE := tests/data/vllm-0.32.0-cpu/metrics_after_load.txt
 
 bench: $(STAMP)
 	$(PY) -m bench.parse $(CAPTURE) | tee bench/results/parse.txt

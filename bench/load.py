@@ -8,7 +8,7 @@ vLLM targets and M KEDA-like gRPC clients, each in processes of their own.
 Processes (so that the scaler's own CPU and RSS, with its scrape worker's, can be read from
 /proc):
 * targets: one asyncio process serving N HTTP /metrics endpoints, each the real vLLM
-  0.32.0 capture (../shared/fixtures) with its load gauges and token counters changing
+  0.32.0 capture (tests/data/vllm-0.32.0-cpu) with its load gauges and token counters changing
   over time (a slow wave per target, counters that only grow);
 * the scaler: `python -m scaler serve` with a generated pool config (N/5 inference
   services of 5 replicas each, as many research classes);
@@ -47,7 +47,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench.sim.data import shared_dir
+from bench import CAPTURES
 
 REPO = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
@@ -67,7 +67,7 @@ _DYNAMIC = {
 
 def body_template() -> list[str | tuple[str, str]]:
     """The real capture split into literal text and (field, line prefix) slots."""
-    text = (shared_dir() / "fixtures" / "vllm-0.32.0-cpu" / "metrics_after_load.txt").read_text()
+    text = (CAPTURES / "metrics_after_load.txt").read_text()
     parts: list[str | tuple[str, str]] = []
     literal: list[str] = []
     for line in text.splitlines(keepends=True):

@@ -21,10 +21,11 @@ import sys
 import time
 from pathlib import Path
 
+from bench import CAPTURES
 from scaler.config import ScrapeConfig
 from scaler.scrape import TRANSPORTS, ScrapeJob, Scraper, make_client
 
-DEFAULT_FILE = Path(__file__).resolve().parent.parent.parent / "shared/fixtures/vllm-0.32.0-cpu"
+DEFAULT_FILE = CAPTURES
 
 _SERVER = r"""
 import asyncio, sys

@@ -16,12 +16,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sim.engine import PoolTiming
-from bench.sim.policies import POLICY_NAMES
-from bench.sim.report import write
-from bench.sim.scenario import Scenario, run_scenario
-from bench.sim.workload import TRACES
 from scaler.config import ConfigError
+from scaler.sim.engine import PoolTiming
+from scaler.sim.policies import POLICY_NAMES
+from scaler.sim.report import write
+from scaler.sim.scenario import Scenario, run_scenario
+from scaler.sim.workload import TRACES
 
 
 class Bar:

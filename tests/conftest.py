@@ -1,66 +1,12 @@
-"""Shared fixtures: paths to ../shared, loopback exposition servers."""
+"""Fixtures shared by every test; plain helpers live in tests/support/."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-from bench.sim.data import shared_dir
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-SHARED = shared_dir()
-FIXTURES = SHARED / "fixtures" / "vllm-0.32.0-cpu"
-
-
-class ExpositionServer:
-    """A real HTTP server on 127.0.0.1:0 whose /metrics body can be changed at any time."""
-
-    def __init__(self, body: str | Callable[[], tuple[int, bytes]]) -> None:
-        self.set(body)
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, payload = outer._produce()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-        self._thread.start()
-        self.requests = 0
-
-    def set(self, body: str | Callable[[], tuple[int, bytes]]) -> None:
-        if callable(body):
-            self._produce_fn = body
-        else:
-            data = body.encode()
-            self._produce_fn = lambda: (200, data)
-
-    def _produce(self) -> tuple[int, bytes]:
-        self.requests += 1
-        return self._produce_fn()
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self._httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+from tests.support.exposition import ExpositionServer
 
 
 @pytest.fixture
@@ -75,31 +21,3 @@ def exposition_server() -> Iterator[Callable[[str], ExpositionServer]]:
     yield make  # type: ignore[misc]
     for s in servers:
         s.close()
-
-
-def vllm_exposition(
-    waiting: float,
-    running: float,
-    kv: float,
-    *,
-    model: str = "tiny-llama",
-    engines: int = 1,
-    prompt: float = 0.0,
-    generation: float = 0.0,
-) -> str:
-    """The real idle capture with the load gauges rewritten (keeps every other family)."""
-    base = (FIXTURES / "metrics_idle.txt").read_text()
-    lines = []
-    for line in base.splitlines():
-        for name, value in (
-            ("vllm:num_requests_waiting{", waiting),
-            ("vllm:num_requests_running{", running),
-            ("vllm:kv_cache_usage_perc{", kv),
-            ("vllm:prompt_tokens_total{", prompt),
-            ("vllm:generation_tokens_total{", generation),
-        ):
-            if line.startswith(name):
-                labels = line[len(name) - 1 : line.index("}") + 1]
-                line = f"{name[:-1]}{labels} {value}"
-        lines.append(line)
-    return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """The whole scaler, in-process and as `gpu-pool-scaler serve`: real gRPC, real HTTP, real
-loopback targets serving the real vLLM captures from ../shared/fixtures."""
+loopback targets serving the real vLLM captures from tests/data."""
 
 from __future__ import annotations
 
@@ -16,67 +16,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
-import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from scaler._proto import externalscaler_pb2 as pb
-from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
 from scaler.decision import ServiceDecision
-from tests.conftest import FIXTURES, ExpositionServer, vllm_exposition
-
-
-def write_config(path: Path, targets: list[str], **overrides: object) -> Path:
-    svc = {
-        "name": "chat",
-        "namespace": "serving",
-        "gpusPerReplica": 4,
-        "minReplicas": 1,
-        "maxReplicas": 16,
-        "targets": {"static": targets},
-        "thresholds": {"waitingPerReplica": 5},
-        "scaleDown": {"stabilizationSeconds": 0, "stepSeconds": 0, "maxStepReplicas": 16},
-    }
-    svc.update(overrides)
-    cfg = {
-        "pool": {"name": "shared-h100", "capacity": {"gpus": 64}, "reserveGPUs": 4},
-        "scrape": {"intervalSeconds": 0.2, "timeoutSeconds": 0.2, "staleAfterSeconds": 5},
-        "inference": [svc],
-        "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 100}],
-    }
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-class Client:
-    def __init__(self, port: int) -> None:
-        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        self.stub = pb_grpc.ExternalScalerStub(self.channel)
-
-    async def value(self, **md: str) -> int:
-        ref = pb.ScaledObjectRef(name="so", namespace="serving", scalerMetadata=md)
-        spec = await self.stub.GetMetricSpec(ref)
-        name = spec.metricSpecs[0].metricName
-        resp = await self.stub.GetMetrics(
-            pb.GetMetricsRequest(scaledObjectRef=ref, metricName=name)
-        )
-        assert resp.metricValues[0].metricValueFloat == float(resp.metricValues[0].metricValue)
-        return resp.metricValues[0].metricValue
-
-
-async def wait_for(pred: Callable[[], object], within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        r = pred()
-        if asyncio.iscoroutine(r):
-            r = await r
-        if r:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+from tests.support.exposition import ExpositionServer, vllm_exposition
+from tests.support.paths import FIXTURES
+from tests.support.scaler import Client, wait_for, write_config
 
 
 async def settle(env: Env, cycles: int = 5) -> int:

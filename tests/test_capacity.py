@@ -1,5 +1,5 @@
 """Capacity: pure node/pod tables, and the watcher with the real `kubernetes` client against
-the fake API server in tests/kubeapi.py (real HTTP on 127.0.0.1, list + chunked watch)."""
+the fake API server in tests/support/kubeapi.py (real HTTP on 127.0.0.1, list + chunked watch)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
 from scaler.metrics import ScalerMetrics
-from tests.conftest import REPO, SHARED
+from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 
 pytestmark = pytest.mark.helm
 
@@ -199,7 +199,7 @@ def _strict(schema: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def keda_validators() -> dict[str, jsonschema.protocols.Validator]:
-    schema_dir = SHARED / "schemas" / "keda"
+    schema_dir = KEDA_CRDS
     out: dict[str, jsonschema.protocols.Validator] = {}
     for f in sorted(schema_dir.glob("*.yaml")):
         crd = yaml.safe_load(f.read_text())
@@ -1308,9 +1308,7 @@ def test_rendered_deployment_runs_the_real_scaler(
     trigger asks (over mTLS with the TriggerAuthentication's material, verifying the
     certificate against the scalerAddress host), and reload it the way a `helm upgrade`
     and a kubelet sync do."""
-    target = exposition_server(
-        (SHARED / "fixtures" / "vllm-0.32.0-cpu" / "metrics_idle.txt").read_text()
-    )
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
     grpc_port, metrics_port = _free_port(), _free_port()
     values = _merge(
         MINIMAL,

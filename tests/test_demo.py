@@ -17,7 +17,6 @@ import grpc
 import httpx
 import pytest
 
-from bench.sim.kube import JobState, ResearchClassSpec
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.demo.cluster import DemoCluster, RepState
@@ -27,12 +26,13 @@ from scaler.demo.run import run
 from scaler.demo.scenario import parse_args
 from scaler.exposition import read_sample
 from scaler.load import EngineSample
+from scaler.sim.kube import JobState, ResearchClassSpec
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-# ---- the simulated cluster (bench.sim.kube underneath) ----------------------------------
+# ---- the simulated cluster (scaler.sim.kube underneath) ----------------------------------
 CLASSES = {
     "eval": ResearchClassSpec("eval", 1, median_hours=100.0, sigma=0.0, checkpoint_s=600.0),
     "finetune": ResearchClassSpec("finetune", 4, median_hours=100.0, sigma=0.0, checkpoint_s=600.0),

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from scaler.exposition import ParseError, read_sample, read_sample_reference
 from scaler.load import EngineSample
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 AFTER_LOAD = (FIXTURES / "metrics_after_load.txt").read_text()
 IDLE = (FIXTURES / "metrics_idle.txt").read_text()

@@ -42,8 +42,8 @@ from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
 from scaler.scrape import Scraper, make_client
 from scaler.snapshot import Snapshots
-from tests.conftest import vllm_exposition
-from tests.test_app import Client, wait_for
+from tests.support.exposition import vllm_exposition
+from tests.support.scaler import Client, wait_for
 
 BUSY = vllm_exposition(waiting=20, running=8, kv=0.6, prompt=1000, generation=5000)
 IDLE = vllm_exposition(waiting=0, running=0, kv=0.0, prompt=1000, generation=5000)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from scaler.exposition import NAMES, Engine, ParseError, read_sample
 from scaler.load import EngineSample
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 CAPTURE = (FIXTURES / "metrics_after_load.txt").read_text()
 CAPTURE_LINES = CAPTURE.splitlines()

@@ -21,8 +21,8 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
-from tests.conftest import ExpositionServer, vllm_exposition
-from tests.test_app import wait_for, write_config
+from tests.support.exposition import ExpositionServer, vllm_exposition
+from tests.support.scaler import wait_for, write_config
 
 SERVICE = "/externalscaler.ExternalScaler/"
 INVALID = grpc.StatusCode.INVALID_ARGUMENT

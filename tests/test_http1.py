@@ -11,7 +11,7 @@ import pytest
 
 from scaler.http1 import LeanHTTP1Transport
 from scaler.scrape import ScrapeJob, Scraper
-from tests.conftest import FIXTURES
+from tests.support.paths import FIXTURES
 
 REAL = (FIXTURES / "metrics_after_load.txt").read_bytes()
 

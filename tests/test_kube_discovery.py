@@ -1,5 +1,5 @@
 """Kubernetes discovery: pure pod/EndpointSlice tables, then the real `kubernetes` client
-against tests/kubeapi.py's fake API server (list + watch, 410 re-list, failures)."""
+against tests/support/kubeapi.py's fake API server (list + watch, 410 re-list, failures)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from scaler.kube_discovery import KubeDiscovery, pod_endpoints, slice_endpoints
 from scaler.load import ServiceLoad, TargetPhase
 from scaler.scrape import ScrapeJob, Scraper, make_client
 from scaler.tracker import TargetTracker
-from tests.conftest import vllm_exposition
-from tests.kubeapi import FakeKubeAPI, make_endpoint_slice, make_pod
+from tests.support.exposition import vllm_exposition
+from tests.support.kubeapi import FakeKubeAPI, make_endpoint_slice, make_pod
 
 S, ST = TargetPhase.SERVING, TargetPhase.STARTING
 LABELS = {"app": "vllm-chat"}

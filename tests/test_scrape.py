@@ -29,7 +29,8 @@ from scaler.scrape import (
     ScrapeResult,
     make_client,
 )
-from tests.conftest import FIXTURES, ExpositionServer
+from tests.support.exposition import ExpositionServer
+from tests.support.paths import FIXTURES
 
 REAL = (FIXTURES / "metrics_after_load.txt").read_bytes()
 NO_STATS = b"".join(

@@ -12,7 +12,7 @@ import pytest
 from scaler.config import ScrapeConfig
 from scaler.scrape import ScrapeJob
 from scaler.scrape_worker import ProcessScraper
-from tests.conftest import ExpositionServer, vllm_exposition
+from tests.support.exposition import ExpositionServer, vllm_exposition
 
 
 async def test_worker_scrapes_and_survives_being_killed(

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.sim.engine import PolicyResult, simulate_policy
-from bench.sim.policies import Ours
-from bench.sim.scenario import Calibration, Scenario, make_policies, pool_config
-from bench.sim.workload import RateCurve, make_workload
 from scaler.policy import PolicyState
+from scaler.sim.engine import PolicyResult, simulate_policy
+from scaler.sim.policies import Ours
+from scaler.sim.scenario import Calibration, Scenario, make_policies, pool_config
+from scaler.sim.workload import RateCurve, make_workload
 
 # A quiet half hour, then a ramp to 8× the traffic: inference must take GPUs back.
 STEP = RateCurve(

@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from bench.sim.kube import (
+from scaler.sim.kube import (
     INFERENCE_PRIORITY,
     RESEARCH_PRIORITY,
     Cluster,

@@ -1,7 +1,7 @@
 """Replica model of the bench against hand-computed cases.
 
 Expected times are computed here from the profile rows themselves
-(/work/shared/profiles/derived_linear_and_allreduce_per_forward_ms.csv, A100
+(scaler/sim/data/profiles/per_forward_ms.csv, A100
 Llama-3-70B TP4: 1024 tokens -> 218.912 ms, 32 tokens -> 29.926 ms) and the documented
 analytical terms, not by calling the model's own step-time function.
 """
@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pytest
 
-from bench.sim.profile import ReplicaSpec
-from bench.sim.replica import Replica, ReplicaPool, RequestLog, Router
+from scaler.sim.profile import ReplicaSpec
+from scaler.sim.replica import Replica, ReplicaPool, RequestLog, Router
 
 # Llama-3-70B: 80 layers, hidden 8192, 8 KV heads × 128 dims, bf16.
 LAYERS, HIDDEN, TP = 80, 8192, 4

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sim.engine import PolicyResult, simulate_policy
-from bench.sim.report import policy_metrics, write
-from bench.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
-from bench.sim.workload import RateCurve, make_workload
+from scaler.sim.engine import PolicyResult, simulate_policy
+from scaler.sim.report import policy_metrics, write
+from scaler.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
+from scaler.sim.workload import RateCurve, make_workload
 
 SCN = Scenario(pool_gpus=16, gpus_per_replica=4, reserve_gpus=4, warmup_s=300)
 CAL = Calibration(per_replica_rps=1.0, replicas=3, attainment=0.99, mean_tokens=1366, seconds=0)

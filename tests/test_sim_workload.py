@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.sim.workload import (
+from scaler.sim.workload import (
     DAY,
     TRACES,
     azure2023,

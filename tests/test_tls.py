@@ -33,9 +33,10 @@ from scaler.grpc_api import ExternalScalerServicer
 from scaler.metrics import ScalerMetrics
 from scaler.snapshot import Snapshots
 from scaler.tls import server_credentials
-from tests.conftest import FIXTURES, ExpositionServer
-from tests.test_app import write_config
-from tests.test_grpc_api import decision, svc
+from tests.support.decisions import decision, svc
+from tests.support.exposition import ExpositionServer
+from tests.support.paths import FIXTURES
+from tests.support.scaler import write_config
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The simulated Kubernetes side of the demo, in simulated time, built from the bench's
-emulation (`bench.sim.kube`): nodes and the scheduler with priority preemption, the HPA,
+emulation (`scaler.sim.kube`): nodes and the scheduler with priority preemption, the HPA,
 KEDA's ScaledJob controller, research Jobs that checkpoint and lose unsaved work when
 preempted. This module only keeps the demo's state around them (one inference Deployment
 whose Ready pods are served by replica processes, the Jobs of each class) and the events
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from bench.sim.kube import (
+from scaler.sim.kube import (
     INFERENCE_PRIORITY,
     RESEARCH_PRIORITY,
     Backlog,

@@ -1,9 +1,9 @@
 """`gpu-pool-scaler demo`: the whole system on one machine, on loopback.
 
-    simulated requests ─► simulated vLLM replicas (bench.sim model), each serving /metrics
+    simulated requests ─► simulated vLLM replicas (scaler.sim model), each serving /metrics
                           over real HTTP ─► the real scaler (scaler.app.Scaler) scrapes them
     KEDA-like driver ─► real gRPC calls to the scaler ─► simulated HPA / ScaledJob /
-                          scheduler (bench.sim.kube: cold start, priority preemption)
+                          scheduler (scaler.sim.kube: cold start, priority preemption)
 
 This module wires the parts and runs them on one event loop: the simulation advances in
 small chunks paced by the compressed clock, the scaler's own tasks scrape and decide, the
@@ -33,7 +33,6 @@ import yaml
 from rich.console import Console
 from rich.live import Live
 
-from bench.sim.kube import JobState
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
@@ -56,6 +55,7 @@ from scaler.demo.scenario import (
 )
 from scaler.demo.view import ClassRow, Frame, plain_line, render, summary_table
 from scaler.demo.world import World
+from scaler.sim.kube import JobState
 
 TICK_S = 0.05  # real seconds between simulation advances
 # At most this much simulation work at once: scrapes of the replicas' /metrics are served

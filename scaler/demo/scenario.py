@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.sim.kube import ResearchClassSpec
-from bench.sim.profile import ReplicaSpec
-from bench.sim.scenario import DEFAULT_CLASSES
-from bench.sim.workload import DAY, TRACES, load_curve, make_workload
 from scaler.demo.cluster import DemoCluster
 from scaler.demo.world import SloTracker, World
+from scaler.sim.kube import ResearchClassSpec
+from scaler.sim.profile import ReplicaSpec
+from scaler.sim.scenario import DEFAULT_CLASSES
+from scaler.sim.workload import DAY, TRACES, load_curve, make_workload
 
 SERVICE = "chat"
 NAMESPACE = "serving"
@@ -35,7 +35,7 @@ class ReplicaCapacity:
     mean_tokens: float  # prompt + output tokens per request
 
 
-# bench.sim.scenario.calibrate(Scenario(), "conv"): Llama-3-70B on 4 × A100, conversation
+# scaler.sim.scenario.calibrate(Scenario(), "conv"): Llama-3-70B on 4 × A100, conversation
 # lengths, TTFT SLO 2 s, 14 replicas → 2.47 req/s per replica (99.0 %), 1395 tokens/request.
 DEFAULT_CAPACITY = ReplicaCapacity(2.47, 1395.0)
 # KEDA and chart defaults, in trace seconds (DESIGN.md; charts/gpu-pool-scaler/values.yaml).
@@ -157,7 +157,7 @@ def replica_capacity(
     default shape; a few seconds otherwise)."""
     if (gpus_per_replica, lengths, slo_ttft_s) == (4, "conv", 2.0):
         return DEFAULT_CAPACITY
-    from bench.sim.scenario import Scenario, calibrate
+    from scaler.sim.scenario import Scenario, calibrate
 
     print(f"calibrating one replica ({gpus_per_replica} GPUs, {lengths} lengths)…", flush=True)
     scn = Scenario(gpus_per_replica=gpus_per_replica, slo_ttft_s=slo_ttft_s, seed=seed)

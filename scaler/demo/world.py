@@ -1,5 +1,5 @@
 """The simulated pool in simulated time: requests → router → vLLM replica model, on the
-pods of the simulated cluster. Reuses the bench simulator (`bench.sim`) for the replica
+pods of the simulated cluster. Reuses the bench simulator (`scaler.sim`) for the replica
 model, the router and the workload; adds only the glue to the cluster's pod lifecycle and
 what the demo records. Single-threaded: everything here runs on the demo's event loop.
 """
@@ -14,11 +14,11 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.kube import JobState
-from bench.sim.profile import ReplicaSpec
-from bench.sim.replica import ReplicaPool, RequestLog, Router
-from bench.sim.workload import Workload
 from scaler.demo.cluster import DemoCluster, InfReplica, RepState
+from scaler.sim.kube import JobState
+from scaler.sim.profile import ReplicaSpec
+from scaler.sim.replica import ReplicaPool, RequestLog, Router
+from scaler.sim.workload import Workload
 
 FloatArray = npt.NDArray[np.float64]
 

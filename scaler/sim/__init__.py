@@ -3,9 +3,9 @@
 Used by `python -m bench.simulate` (the bench, docs/bench.md) and reusable live, e.g. by
 `gpu-pool-scaler demo`. The pieces are importable and steppable on their own:
 
-    from bench.sim.profile import ReplicaSpec          # model/GPU/TP, step-time model
-    from bench.sim.replica import Replica, ReplicaPool, RequestLog, Router
-    from bench.sim.workload import load_curve, make_workload, Workload
+    from scaler.sim.profile import ReplicaSpec          # model/GPU/TP, step-time model
+    from scaler.sim.replica import Replica, ReplicaPool, RequestLog, Router
+    from scaler.sim.workload import load_curve, make_workload, Workload
 
     spec = ReplicaSpec()                                # Llama-3-70B, TP4 on A100, 120 s load
     rep = Replica(spec, now=0.0)                        # one Ready replica with its own clock
@@ -27,6 +27,6 @@ Used by `python -m bench.simulate` (the bench, docs/bench.md) and reusable live,
         samples = [pool.sample(r) for r in range(4)]    # what /metrics would show
 
 `log.first_token - log.arrival` is each request's TTFT. Kubernetes/KEDA emulation is in
-`bench.sim.kube`, the compared policies in `bench.sim.policies`, the main loop in
-`bench.sim.engine`, scenarios and capacity calibration in `bench.sim.scenario`.
+`scaler.sim.kube`, the compared policies in `scaler.sim.policies`, the main loop in
+`scaler.sim.engine`, scenarios and capacity calibration in `scaler.sim.scenario`.
 """

@@ -16,9 +16,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.sim.engine import PolicyResult, PoolTiming, simulate_policy
-from bench.sim.kube import HpaBehavior, ResearchClassSpec
-from bench.sim.policies import (
+from scaler.config import Config, parse_config
+from scaler.sim.engine import PolicyResult, PoolTiming, simulate_policy
+from scaler.sim.kube import HpaBehavior, ResearchClassSpec
+from scaler.sim.policies import (
     POLICY_NAMES,
     GpuUtilHpa,
     Oracle,
@@ -28,10 +29,9 @@ from bench.sim.policies import (
     StaticPeak,
     oracle_need,
 )
-from bench.sim.profile import ReplicaSpec
-from bench.sim.replica import ReplicaPool, RequestLog, Router
-from bench.sim.workload import DAY, Workload, load_curve, make_workload, stationary_workload
-from scaler.config import Config, parse_config
+from scaler.sim.profile import ReplicaSpec
+from scaler.sim.replica import ReplicaPool, RequestLog, Router
+from scaler.sim.workload import DAY, Workload, load_curve, make_workload, stationary_workload
 
 DEFAULT_CLASSES = (
     ResearchClassSpec("eval", 1, median_hours=1.0, sigma=0.7, checkpoint_s=600),

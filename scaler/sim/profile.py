@@ -24,9 +24,9 @@ from functools import cache
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.data import shared_dir
+from scaler.sim.data import data_file
 
-DERIVED_CSV = "derived_linear_and_allreduce_per_forward_ms.csv"
+DERIVED_CSV = "per_forward_ms.csv"
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -81,7 +81,7 @@ PROFILED_ON = {
 
 @cache
 def _linear_table(gpu: str, model: str, tp: int) -> tuple[FloatArray, FloatArray]:
-    path = shared_dir() / "profiles" / DERIVED_CSV
+    path = data_file("profiles", DERIVED_CSV)
     xs: list[float] = []
     ys: list[float] = []
     with path.open(newline="") as f:

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.kube import Hpa, HpaBehavior
 from scaler.accounting import Capacity, split_pool
 from scaler.aggregate import aggregate
 from scaler.config import Config
@@ -36,6 +35,7 @@ from scaler.decision import ServiceDecision
 from scaler.load import EngineSample, TargetPhase, TargetState
 from scaler.policy import PolicyState, decide
 from scaler.reserve import ReserveTracker
+from scaler.sim.kube import Hpa, HpaBehavior
 
 POLICY_NAMES = ("ours", "static-peak", "queue-threshold", "gpu-util-hpa", "oracle")
 

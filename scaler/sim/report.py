@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.sim.engine import PolicyResult
-from bench.sim.scenario import ScenarioRun, scenario_dict
+from scaler.sim.engine import PolicyResult
+from scaler.sim.scenario import ScenarioRun, scenario_dict
 
 
 def policy_metrics(r: PolicyResult, slo_s: float, oracle_harvest: float) -> dict[str, Any]:

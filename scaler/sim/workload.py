@@ -18,7 +18,6 @@ Everything is drawn from one `numpy.random.Generator`: same seed, same requests.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -27,7 +26,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.data import shared_dir
+from scaler.sim.data import data_file
 
 DAY = 86400.0
 
@@ -57,14 +56,14 @@ class RateCurve:
 
 
 def _servegen(column: str, name: str) -> RateCurve:
-    path = shared_dir() / "traces" / "servegen_language_2week_rate_10min.csv"
+    path = data_file("traces", "servegen_language_2week_rate.csv")
     t, r = [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            t.append(float(row["window_start_s"]))
+            t.append(float(row["t_s"]))
             r.append(float(row[column]))
     rate = np.asarray(r)
-    # All-zero windows are data gaps (traces/README.md): fill from the neighbours.
+    # All-zero windows are data gaps (data/README.md): fill from the neighbours.
     gap = rate <= 0
     if gap.any():
         idx = np.arange(rate.size)
@@ -73,26 +72,24 @@ def _servegen(column: str, name: str) -> RateCurve:
 
 
 def _servegen_r1() -> RateCurve:
-    path = shared_dir() / "traces" / "servegen_reason_mm_1day_rate_10min.csv"
+    path = data_file("traces", "servegen_r1_1day_rate.csv")
     t, r = [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            t.append(float(row["window_start_s"]))
+            t.append(float(row["t_s"]))
             r.append(float(row["deepseek_r1_rps"]))
     return RateCurve("servegen-r1", np.asarray(t), np.asarray(r), None, None, 600.0, "conv")
 
 
 def _azure(kind: str) -> RateCurve:
-    path = shared_dir() / "traces" / f"azure2024_{kind}_1week_rate_digitized.csv"
+    path = data_file("traces", f"azure2024_{kind}_week_rate.csv")
     t, mid, lo, hi = [], [], [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            t.append(float(row["start_min_offset"]) * 60.0)
-            m = float(row["req_per_min_mid"])
-            scale = float(row["req_per_min_mid_scaled"]) / m if m > 0 else 1.0
-            mid.append(float(row["req_per_s_mid_scaled"]))
-            lo.append(float(row["req_per_min_low"]) * scale / 60.0)
-            hi.append(float(row["req_per_min_high"]) * scale / 60.0)
+            t.append(float(row["t_s"]))
+            mid.append(float(row["rps_mid"]))
+            lo.append(float(row["rps_low"]))
+            hi.append(float(row["rps_high"]))
     return RateCurve(
         f"azure-{kind}-week",
         np.asarray(t),
@@ -124,13 +121,13 @@ def load_curve(name: str) -> RateCurve:
 @cache
 def azure2023(kind: str) -> tuple[IntArray, IntArray, FloatArray]:
     """(prompt tokens, output tokens, unit-mean gaps normalised per minute) of a 2023 trace."""
-    path = shared_dir() / "traces" / f"AzureLLMInferenceTrace_{kind}.csv"
+    path = data_file("traces", f"azure2023_{kind}_requests.csv")
     ts, p, o = [], [], []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):
-            ts.append(dt.datetime.fromisoformat(row["TIMESTAMP"][:26]).timestamp())
-            p.append(int(row["ContextTokens"]))
-            o.append(int(row["GeneratedTokens"]))
+            ts.append(float(row["t_s"]))
+            p.append(int(row["prompt_tokens"]))
+            o.append(int(row["output_tokens"]))
     t = np.asarray(ts) - ts[0]
     minute = (t // 60).astype(np.int64)
     per_min = np.bincount(minute).astype(float) / 60.0

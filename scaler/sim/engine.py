@@ -17,7 +17,7 @@ from enum import Enum
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.kube import (
+from scaler.sim.kube import (
     INFERENCE_PRIORITY,
     RESEARCH_PRIORITY,
     Backlog,
@@ -32,10 +32,10 @@ from bench.sim.kube import (
     complete_job,
     preempt_job,
 )
-from bench.sim.policies import Policy, PoolView
-from bench.sim.profile import ReplicaSpec
-from bench.sim.replica import ReplicaPool, RequestLog, Router
-from bench.sim.workload import Workload
+from scaler.sim.policies import Policy, PoolView
+from scaler.sim.profile import ReplicaSpec
+from scaler.sim.replica import ReplicaPool, RequestLog, Router
+from scaler.sim.workload import Workload
 
 
 @dataclass(frozen=True)

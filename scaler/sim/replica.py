@@ -35,8 +35,8 @@ from itertools import islice
 import numpy as np
 import numpy.typing as npt
 
-from bench.sim.profile import ReplicaSpec
 from scaler.load import EngineSample
+from scaler.sim.profile import ReplicaSpec
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

@@ -1,0 +1,10 @@
+"""Where the repository's own test data lives (tests/data/, see its README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data"
+FIXTURES = DATA / "vllm-0.32.0-cpu"  # real vLLM 0.32.0 CPU /metrics captures
+KEDA_CRDS = DATA / "keda-crds"  # KEDA 2.20 CRDs (descriptions stripped)
