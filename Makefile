@@ -34,6 +34,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check scaler tests bench tools
 	$(VENV)/bin/ruff format --check scaler tests bench tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 # Stubs are generated with the pinned grpcio-tools/mypy-protobuf (pyproject: dev extra);
 # tests/test_proto.py regenerates into a temp dir and fails on any drift.

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from scaler.exposition import read_sample, read_sample_reference
+from scaler.core.exposition import read_sample, read_sample_reference
 
 
 def per_call_seconds(fn: Callable[[], object], budget_s: float) -> float:
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.python_implementation()} {platform.python_version()}"
     )
     print(f"values identical: {ours}")
-    print(f"ours (scaler.exposition.read_sample): {t_ours * 1e6:.1f} us")
+    print(f"ours (scaler.core.exposition.read_sample): {t_ours * 1e6:.1f} us")
     print(f"prometheus_client full parse: {t_full * 1e6:.1f} us")
     print(f"ratio: {t_full / t_ours:.1f}")
     return 0

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from bench import CAPTURES
 from scaler.config import ScrapeConfig
-from scaler.scrape import TRANSPORTS, ScrapeJob, Scraper, make_client
+from scaler.core.load import ScrapeJob
+from scaler.ingest.scrape import TRANSPORTS, Scraper, make_client
 
 DEFAULT_FILE = CAPTURES
 
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         "--transport",
         choices=TRANSPORTS,
         default="lean",
-        help="lean = scaler/http1.py (what the scaler uses); the others are httpx alone",
+        help="lean = scaler/ingest/http1.py (what the scaler uses); the others are httpx alone",
     )
     ap.add_argument("--file", type=Path, default=DEFAULT_FILE / "metrics_after_load.txt")
     ap.add_argument("--out", type=Path, default=None, help="also write the report here")

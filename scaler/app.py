@@ -22,30 +22,30 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from scaler import accounting, policy
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.accounting import Capacity
-from scaler.capacity import NodeCapacityWatcher
 from scaler.config import Config, InferenceService
-from scaler.discovery import Discovery, StaticDiscovery
-from scaler.grpc_api import ExternalScalerServicer
-from scaler.grpc_decode import RejectUndecodable
-from scaler.http_api import HealthServer
-from scaler.kube import make_api_client
+from scaler.core import accounting, policy
+from scaler.core.accounting import Capacity
+from scaler.core.reserve import ReserveTracker
+from scaler.ingest.capacity import NodeCapacityWatcher
+from scaler.ingest.discovery import Discovery, StaticDiscovery
+from scaler.ingest.kube import make_api_client
+from scaler.ingest.scrape import Scraper, make_client
+from scaler.ingest.scrape_worker import ProcessScraper
 from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
-from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
-from scaler.reserve import ReserveTracker
-from scaler.scrape import Scraper, make_client
-from scaler.scrape_worker import ProcessScraper
-from scaler.snapshot import Snapshots
+from scaler.serve.grpc_api import ExternalScalerServicer
+from scaler.serve.grpc_decode import RejectUndecodable
+from scaler.serve.http_api import HealthServer
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 
 log = logging.getLogger("scaler.app")
 
 SERVICE_NAME = "externalscaler.ExternalScaler"
 
 # The GIL switch interval `serve` sets (Python's default is 5 ms). Scraping and parsing
-# run in a worker process (scaler/scrape_worker.py); the control thread still holds the
+# run in a worker process (scaler/ingest/scrape_worker.py); the control thread still holds the
 # GIL for ~30 ms per cycle (results, policy, accounting), and a gRPC call that needs the
 # GIL meanwhile waits up to this long per hand-over, several times per call. Measured in
 # docs/operations.md#load (the thread alone, without the worker, did not meet the target).
@@ -62,7 +62,7 @@ class Options:
     reload_seconds: float = 2.0  # how often the config file is checked for changes
     # Kubernetes API client factory; the client is built only when the config needs it.
     kube_api: Callable[[], Any] | None = None
-    # Scrape and parse in a worker process (see scaler/scrape_worker.py); False: in the
+    # Scrape and parse in a worker process (see scaler/ingest/scrape_worker.py); False: in the
     # control thread (one process, e.g. for a one-shot `explain`).
     scrape_in_worker: bool = True
 
@@ -148,7 +148,7 @@ class Scaler:
         if svc.targets.static is not None:
             return self._static
         if self._kube_discovery is None:
-            from scaler.kube_discovery import KubeDiscovery
+            from scaler.ingest.kube_discovery import KubeDiscovery
 
             self._kube_discovery = KubeDiscovery(self._kube())
         return self._kube_discovery
@@ -222,7 +222,7 @@ class Scaler:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{self.options.host}:{grpc_port}"
         if cfg.server.tls is not None:
-            from scaler.tls import server_credentials
+            from scaler.serve.tls import server_credentials
 
             creds = server_credentials(
                 cfg.server.tls, lambda result: self.metrics.tls_reloads.labels(result).inc()

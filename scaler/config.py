@@ -23,6 +23,8 @@ from pydantic import (
     model_validator,
 )
 
+from scaler.selector import LabelSelector
+
 # KEDA metric names and Kubernetes object names: lowercase DNS-1123 labels.
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _DNS_RE = re.compile(DNS_LABEL)
@@ -73,8 +75,6 @@ class NodeCapacity(_Model):
     @field_validator("labelSelector")
     @classmethod
     def _selector(cls, v: str) -> str:
-        from scaler.capacity import LabelSelector  # lazy: scaler.capacity imports this module
-
         LabelSelector.parse(v)  # a typo must fail the (re)load, not every control cycle
         return v
 
@@ -139,6 +139,15 @@ class KubernetesTargets(_Model):
     service: str | None = None  # or: EndpointSlices of this Service
     port: Port = 8000  # port of /metrics on each pod
     namespace: str | None = None  # default: the inference service's namespace
+
+    @field_validator("labelSelector")
+    @classmethod
+    def _selector(cls, v: str | None) -> str | None:
+        if v is not None:
+            if not v.strip():
+                raise ValueError("empty label selector would match every pod in the namespace")
+            LabelSelector.parse(v)  # a typo must fail the (re)load, not every discovery
+        return v
 
     @model_validator(mode="after")
     def _exactly_one(self) -> KubernetesTargets:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scaler.decision import Decision
-from scaler.policy import format_decision
+from scaler.core.decision import Decision
+from scaler.core.policy import format_decision
 
 
 def render(d: Decision) -> str:

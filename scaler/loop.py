@@ -2,7 +2,7 @@
 
 One cycle per `scrape.intervalSeconds`. Everything it talks to is injected (config
 provider, discovery, scraper, capacity, clocks), and the decision steps are the pure
-functions in `scaler.policy` and `scaler.accounting`, so tests and the simulator run the
+functions in `scaler.core.policy` and `scaler.core.accounting`, so tests and the simulator run the
 same code. The cycle never raises: a failing part degrades to "no data" for that part.
 """
 
@@ -16,18 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from scaler.accounting import Capacity, HarvestMeter, inference_gpus
-from scaler.aggregate import aggregate
 from scaler.config import Config, InferenceService
-from scaler.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
-from scaler.discovery import Discovery, Endpoint
-from scaler.load import ServiceLoad
-from scaler.metrics import ScalerMetrics
-from scaler.policy import PolicyState
-from scaler.reserve import ReserveTracker
-from scaler.scrape import ScrapeJob, ScrapeResult
-from scaler.snapshot import Snapshots
-from scaler.tracker import TargetTracker
+from scaler.core.accounting import Capacity, HarvestMeter, inference_gpus
+from scaler.core.aggregate import aggregate
+from scaler.core.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
+from scaler.core.load import Endpoint, ScrapeJob, ScrapeResult, ServiceLoad
+from scaler.core.policy import PolicyState
+from scaler.core.reserve import ReserveTracker
+from scaler.core.tracker import TargetTracker
+from scaler.ingest.discovery import Discovery
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 
 log = logging.getLogger("scaler.loop")
 
@@ -51,7 +50,7 @@ class SplitPool(Protocol):
 
 
 class ScrapeAll(Protocol):
-    """`scaler.scrape.Scraper`, or `scaler.scrape_worker.ProcessScraper` (same results)."""
+    """`ingest.scrape.Scraper`, or `ingest.scrape_worker.ProcessScraper` (same results)."""
 
     async def scrape_all(self, jobs: Sequence[ScrapeJob]) -> list[ScrapeResult]: ...
 

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 
 from scaler.config import Config, ConfigError, load_config
-from scaler.metrics import ScalerMetrics
+from scaler.serve.metrics import ScalerMetrics
 
 log = logging.getLogger("scaler.config")
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from scaler.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
 from scaler.config import Config, ResearchClass, parse_config
-from scaler.decision import ServiceDecision
-from scaler.reserve import ReserveTracker
+from scaler.core.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
+from scaler.core.decision import ServiceDecision
+from scaler.core.reserve import ReserveTracker
 
 
 def make_cfg(

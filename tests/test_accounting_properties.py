@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.accounting import Capacity, split_pool
 from scaler.config import Config, parse_config
-from scaler.decision import ServiceDecision
+from scaler.core.accounting import Capacity, split_pool
+from scaler.core.decision import ServiceDecision
 
 research_class = st.fixed_dictionaries(
     {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scaler.aggregate import aggregate
-from scaler.load import EngineSample, ServiceLoad, TargetPhase, TargetState
+from scaler.core.aggregate import aggregate
+from scaler.core.load import EngineSample, ServiceLoad, TargetPhase, TargetState
 
 NOW, STALE = 100.0, 30.0
 

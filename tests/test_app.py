@@ -21,7 +21,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
-from scaler.decision import ServiceDecision
+from scaler.core.decision import ServiceDecision
 from tests.support.exposition import ExpositionServer, vllm_exposition
 from tests.support.paths import FIXTURES
 from tests.support.scaler import Client, wait_for, write_config

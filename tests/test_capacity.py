@@ -10,18 +10,18 @@ from typing import Any
 
 import kubernetes
 import pytest
-from kubeapi import FakeKubeAPI, make_endpoint_slice, make_node, make_pod
 
-from scaler.accounting import Capacity
-from scaler.capacity import (
-    LabelSelector,
+from scaler.config import CapacityConfig, ConfigError, NodeCapacity, parse_config
+from scaler.core.accounting import Capacity
+from scaler.ingest.capacity import (
     NodeCapacityWatcher,
     StaticCapacity,
     capacity_from_nodes,
     capacity_source,
     pod_request,
 )
-from scaler.config import CapacityConfig, ConfigError, NodeCapacity, parse_config
+from scaler.selector import LabelSelector
+from tests.support.kubeapi import FakeKubeAPI, make_endpoint_slice, make_node, make_pod
 
 POOL = "shared-h100"
 IN_POOL = {"gpu-pool-scaler.io/pool": POOL}

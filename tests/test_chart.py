@@ -50,7 +50,7 @@ from scaler import config as cfgmod
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
-from scaler.metrics import ScalerMetrics
+from scaler.serve.metrics import ScalerMetrics
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 
 pytestmark = pytest.mark.helm

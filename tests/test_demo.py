@@ -19,13 +19,13 @@ import pytest
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.core.exposition import read_sample
+from scaler.core.load import EngineSample
 from scaler.demo.cluster import DemoCluster, RepState
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
 from scaler.demo.run import run
 from scaler.demo.scenario import parse_args
-from scaler.exposition import read_sample
-from scaler.load import EngineSample
 from scaler.sim.kube import JobState, ResearchClassSpec
 
 REPO = Path(__file__).resolve().parent.parent

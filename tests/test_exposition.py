@@ -1,4 +1,4 @@
-"""scaler.exposition: real captures, every text-format quirk, V0/V1, SGLang, TGI, errors."""
+"""scaler.core.exposition: real captures, every text-format quirk, V0/V1, SGLang, TGI, errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from scaler.exposition import ParseError, read_sample, read_sample_reference
-from scaler.load import EngineSample
+from scaler.core.exposition import ParseError, read_sample, read_sample_reference
+from scaler.core.load import EngineSample
 from tests.support.paths import FIXTURES
 
 AFTER_LOAD = (FIXTURES / "metrics_after_load.txt").read_text()

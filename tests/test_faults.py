@@ -29,19 +29,19 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from scaler import accounting, policy
 from scaler._proto import externalscaler_pb2 as pb
-from scaler.accounting import Capacity
 from scaler.app import Options, Scaler
 from scaler.config import Config, load_config
-from scaler.decision import Decision, ServiceDecision
-from scaler.discovery import StaticDiscovery
-from scaler.grpc_api import RequestError, resolve, value_of
+from scaler.core import accounting, policy
+from scaler.core.accounting import Capacity
+from scaler.core.decision import Decision, ServiceDecision
+from scaler.ingest.discovery import StaticDiscovery
+from scaler.ingest.scrape import Scraper, make_client
 from scaler.loop import ControlLoop, LoopDeps
-from scaler.metrics import ScalerMetrics
 from scaler.reload import ConfigHolder
-from scaler.scrape import Scraper, make_client
-from scaler.snapshot import Snapshots
+from scaler.serve.grpc_api import RequestError, resolve, value_of
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 from tests.support.exposition import vllm_exposition
 from tests.support.scaler import Client, wait_for
 

@@ -1,4 +1,4 @@
-"""Fuzzing `scaler.exposition.read_sample`: whatever a target sends, the reader returns an
+"""Fuzzing `scaler.core.exposition.read_sample`: whatever a target sends, the reader returns an
 EngineSample or None, or raises the typed ParseError (the target is then marked failed).
 Any other exception would escape as a bug; any non-finite or negative value would be
 invented load.
@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.exposition import NAMES, Engine, ParseError, read_sample
-from scaler.load import EngineSample
+from scaler.core.exposition import NAMES, ParseError, read_sample
+from scaler.core.load import Engine, EngineSample
 from tests.support.paths import FIXTURES
 
 CAPTURE = (FIXTURES / "metrics_after_load.txt").read_text()

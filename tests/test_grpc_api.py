@@ -17,10 +17,10 @@ from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.decision import Decision, ServiceDecision
-from scaler.grpc_api import ExternalScalerServicer
-from scaler.metrics import ScalerMetrics
-from scaler.snapshot import Snapshots
+from scaler.core.decision import Decision, ServiceDecision
+from scaler.serve.grpc_api import ExternalScalerServicer
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 from tests.support.decisions import CONFIG, decision, svc
 
 

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from scaler.http1 import LeanHTTP1Transport
-from scaler.scrape import ScrapeJob, Scraper
+from scaler.core.load import ScrapeJob
+from scaler.ingest.http1 import LeanHTTP1Transport
+from scaler.ingest.scrape import Scraper
 from tests.support.paths import FIXTURES
 
 REAL = (FIXTURES / "metrics_after_load.txt").read_bytes()

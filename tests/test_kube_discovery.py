@@ -13,13 +13,12 @@ from typing import Any
 
 import pytest
 
-from scaler.aggregate import aggregate
 from scaler.config import InferenceService, ScrapeConfig
-from scaler.discovery import Endpoint
-from scaler.kube_discovery import KubeDiscovery, pod_endpoints, slice_endpoints
-from scaler.load import ServiceLoad, TargetPhase
-from scaler.scrape import ScrapeJob, Scraper, make_client
-from scaler.tracker import TargetTracker
+from scaler.core.aggregate import aggregate
+from scaler.core.load import Endpoint, ScrapeJob, ServiceLoad, TargetPhase
+from scaler.core.tracker import TargetTracker
+from scaler.ingest.kube_discovery import KubeDiscovery, pod_endpoints, slice_endpoints
+from scaler.ingest.scrape import Scraper, make_client
 from tests.support.exposition import vllm_exposition
 from tests.support.kubeapi import FakeKubeAPI, make_endpoint_slice, make_pod
 

@@ -1,4 +1,4 @@
-"""Table-driven tests of the inference policy (scaler/policy.py): signals, combination,
+"""Table-driven tests of the inference policy (scaler/core/policy.py): signals, combination,
 stabilization, step limits, scale-up cap, cold start, stale data, HPA tolerance, explain."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from scaler.config import InferenceService
-from scaler.decision import ServiceDecision, SignalVerdict
-from scaler.load import ServiceLoad
-from scaler.policy import (
+from scaler.core.decision import ServiceDecision, SignalVerdict
+from scaler.core.load import ServiceLoad
+from scaler.core.policy import (
     PolicyState,
     decide,
     format_decision,

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService
-from scaler.load import ServiceLoad
-from scaler.policy import PolicyState, decide
+from scaler.core.load import ServiceLoad
+from scaler.core.policy import PolicyState, decide
 
 PROFILE = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Closed-loop simulations cost ~1-3k decisions per example.

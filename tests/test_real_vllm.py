@@ -22,16 +22,16 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from scaler import accounting, policy
-from scaler.accounting import Capacity
 from scaler.config import parse_config
-from scaler.discovery import Endpoint, StaticDiscovery
-from scaler.load import TargetPhase
+from scaler.core import accounting, policy
+from scaler.core.accounting import Capacity
+from scaler.core.load import Endpoint, ScrapeResult, TargetPhase
+from scaler.core.tracker import TargetTracker
+from scaler.ingest.discovery import StaticDiscovery
+from scaler.ingest.scrape import Scraper, make_client
 from scaler.loop import ControlLoop, LoopDeps
-from scaler.metrics import ScalerMetrics
-from scaler.scrape import Scraper, ScrapeResult, make_client
-from scaler.snapshot import Snapshots
-from scaler.tracker import TargetTracker
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 
 REPO = Path(__file__).resolve().parent.parent
 PEER = REPO / "tools" / "vllm_peer.py"

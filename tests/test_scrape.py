@@ -21,12 +21,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from scaler.config import ScrapeConfig
-from scaler.scrape import (
+from scaler.core.load import ScrapeJob, ScrapeResult
+from scaler.ingest.scrape import (
     BearerToken,
     PerTargetTransport,
-    ScrapeJob,
     Scraper,
-    ScrapeResult,
     make_client,
 )
 from tests.support.exposition import ExpositionServer
@@ -330,7 +329,7 @@ async def test_per_target_pools_are_reused_and_idle_ones_evicted(
 async def test_unexpected_reader_error_fails_only_that_target(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import scaler.scrape as scrape_mod
+    import scaler.ingest.scrape as scrape_mod
 
     def broken(text: str, engine: str, model: str | None) -> None:
         raise KeyError("a bug")

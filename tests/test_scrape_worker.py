@@ -10,8 +10,8 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 
 from scaler.config import ScrapeConfig
-from scaler.scrape import ScrapeJob
-from scaler.scrape_worker import ProcessScraper
+from scaler.core.load import ScrapeJob
+from scaler.ingest.scrape_worker import ProcessScraper
 from tests.support.exposition import ExpositionServer, vllm_exposition
 
 

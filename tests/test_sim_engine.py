@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scaler.policy import PolicyState
+from scaler.core.policy import PolicyState
 from scaler.sim.engine import PolicyResult, simulate_policy
 from scaler.sim.policies import Ours
 from scaler.sim.scenario import Calibration, Scenario, make_policies, pool_config

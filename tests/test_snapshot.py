@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from scaler.decision import Decision
-from scaler.snapshot import Snapshots
+from scaler.core.decision import Decision
+from scaler.serve.snapshot import Snapshots
 
 
 def decision(seq: int) -> Decision:

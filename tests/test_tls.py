@@ -1,6 +1,6 @@
 """TLS and mTLS on the KEDA-facing gRPC port, with certificates generated here.
 
-A real grpc.aio server with `scaler.tls.server_credentials` on 127.0.0.1 and real TLS
+A real grpc.aio server with `scaler.serve.tls.server_credentials` on 127.0.0.1 and real TLS
 clients: what is refused, what is accepted, and that a rotated certificate on disk is
 served to the next connection without a restart.
 """
@@ -29,10 +29,10 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Scaler
 from scaler.config import ConfigError, TLSConfig, load_config
-from scaler.grpc_api import ExternalScalerServicer
-from scaler.metrics import ScalerMetrics
-from scaler.snapshot import Snapshots
-from scaler.tls import server_credentials
+from scaler.serve.grpc_api import ExternalScalerServicer
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
+from scaler.serve.tls import server_credentials
 from tests.support.decisions import decision, svc
 from tests.support.exposition import ExpositionServer
 from tests.support.paths import FIXTURES

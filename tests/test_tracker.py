@@ -7,11 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from scaler.aggregate import aggregate
-from scaler.discovery import Endpoint
-from scaler.load import EngineSample, TargetPhase
-from scaler.scrape import ScrapeJob, ScrapeResult
-from scaler.tracker import TargetTracker
+from scaler.core.aggregate import aggregate
+from scaler.core.load import Endpoint, EngineSample, ScrapeJob, ScrapeResult, TargetPhase
+from scaler.core.tracker import TargetTracker
 
 A = "10.0.0.1:8000"
 B = "10.0.0.2:8000"

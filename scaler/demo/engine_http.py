@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from scaler.load import EngineSample
+from scaler.core.load import EngineSample
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 

@@ -11,7 +11,7 @@ Used by `python -m bench.simulate` (the bench, docs/bench.md) and reusable live,
     rep = Replica(spec, now=0.0)                        # one Ready replica with its own clock
     rep.submit(prompt=1200, output=200)                 # a request arriving now
     rep.step(1.0)                                       # advance one second
-    rep.sample()                                        # scaler.load.EngineSample: waiting,
+    rep.sample()                                        # scaler.core.load.EngineSample: waiting,
                                                         # running, KV usage, token counters
 
     # Several replicas behind the least-loaded router, driven by a real diurnal trace:

@@ -1,8 +1,8 @@
 """The policies compared by the bench, all reading the same simulated pool.
 
 * `ours`: the server's own code path: per-replica `EngineSample` -> `TargetState` ->
-  `scaler.aggregate.aggregate` -> `scaler.policy.decide` -> `scaler.accounting.split_pool`
-  (+ `scaler.reserve.ReserveTracker`), every scrape interval; KEDA hands `desired` to the
+  `scaler.core.aggregate.aggregate` -> `scaler.core.policy.decide` -> `scaler.core.accounting.split_pool`
+  (+ `scaler.core.reserve.ReserveTracker`), every scrape interval; KEDA hands `desired` to the
   HPA (AverageValue, target 1) and the research slots to the ScaledJobs.
 * `static-peak`: replicas fixed at what the trace's peak needs; nothing lent.
 * `queue-threshold`: production-stack's KEDA recipe: Prometheus trigger on
@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scaler.accounting import Capacity, split_pool
-from scaler.aggregate import aggregate
 from scaler.config import Config
-from scaler.decision import ServiceDecision
-from scaler.load import EngineSample, TargetPhase, TargetState
-from scaler.policy import PolicyState, decide
-from scaler.reserve import ReserveTracker
+from scaler.core.accounting import Capacity, split_pool
+from scaler.core.aggregate import aggregate
+from scaler.core.decision import ServiceDecision
+from scaler.core.load import EngineSample, TargetPhase, TargetState
+from scaler.core.policy import PolicyState, decide
+from scaler.core.reserve import ReserveTracker
 from scaler.sim.kube import Hpa, HpaBehavior
 
 POLICY_NAMES = ("ours", "static-peak", "queue-threshold", "gpu-util-hpa", "oracle")

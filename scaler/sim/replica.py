@@ -35,7 +35,7 @@ from itertools import islice
 import numpy as np
 import numpy.typing as npt
 
-from scaler.load import EngineSample
+from scaler.core.load import EngineSample
 from scaler.sim.profile import ReplicaSpec
 
 FloatArray = npt.NDArray[np.float64]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scaler.config import Config, parse_config
-from scaler.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
+from scaler.core.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
 
 CONFIG: Config = parse_config(
     {

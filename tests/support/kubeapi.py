@@ -113,7 +113,7 @@ class _Store:
     history: list[_Event] = field(default_factory=list)
 
 
-# --- selectors (independent of scaler.capacity on purpose: a fake must not share the
+# --- selectors (independent of scaler.ingest.capacity on purpose: a fake must not share the
 #     code under test) ------------------------------------------------------------------
 
 

@@ -21,8 +21,8 @@ import math
 from dataclasses import dataclass
 
 from scaler.config import InferenceService
-from scaler.decision import ServiceDecision, SignalVerdict
-from scaler.load import ServiceLoad
+from scaler.core.decision import ServiceDecision, SignalVerdict
+from scaler.core.load import ServiceLoad
 
 # The queue signal scales down only when waiting per replica is below this fraction of its
 # threshold, and holds in between: a queue is a saturation symptom, not a linear load

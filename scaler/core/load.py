@@ -1,13 +1,15 @@
 """What the scaler knows about a service's load: plain immutable data, no I/O.
 
-Flow: exposition text -> EngineSample (one target, one scrape) -> TargetState (with rates
-and staleness) -> ServiceLoad (one service, aggregated). The policy reads ServiceLoad.
+Flow: Endpoint (discovered) + ScrapeResult (scraped: an EngineSample, one target, one
+scrape) -> TargetState (with rates and staleness) -> ServiceLoad (one service,
+aggregated). The policy reads ServiceLoad.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,3 +73,38 @@ class ServiceLoad:
     def usable(self) -> bool:
         """Enough data to decide on: every serving target fresh and at least one of them."""
         return self.complete and self.ready > 0
+
+
+Engine = Literal["vllm", "sglang", "tgi"]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    address: str  # host:port ([v6]:port); "namespace/pod" for a pod without an IP yet
+    phase: TargetPhase
+
+
+# Outcome of one scrape, for the `result` label of the scrape counter.
+Outcome = Literal[
+    "ok", "no_data", "timeout", "http_error", "connect_error", "too_large", "malformed"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeJob:
+    address: str  # host:port
+    engine: Engine = "vllm"
+    model: str | None = None
+    path: str = "/metrics"
+    scheme: str = "http"
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeResult:
+    job: ScrapeJob
+    sample: EngineSample | None  # None: failed, or no engine families
+    error: str | None  # None on success; "no engine metrics" when the target exports none
+    at: float  # clock time when the response was complete
+    duration_s: float
+    outcome: Outcome = "ok"
+    body_bytes: int = 0

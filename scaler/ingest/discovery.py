@@ -1,21 +1,14 @@
 """Where each inference service's replicas are: the targets to scrape and their phase.
 
-Static lists here; Kubernetes pods / EndpointSlices in `scaler/kube_discovery.py`.
+Static lists here; Kubernetes pods / EndpointSlices in `scaler/ingest/kube_discovery.py`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from scaler.config import InferenceService
-from scaler.load import TargetPhase
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    address: str  # host:port ([v6]:port); "namespace/pod" for a pod without an IP yet
-    phase: TargetPhase
+from scaler.core.load import Endpoint, TargetPhase
 
 
 class Discovery(Protocol):

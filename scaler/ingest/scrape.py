@@ -15,42 +15,16 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from scaler.config import ScrapeConfig
-from scaler.exposition import Engine, ParseError, read_sample
-from scaler.http1 import LeanHTTP1Transport
-from scaler.load import EngineSample
+from scaler.core.exposition import ParseError, read_sample
+from scaler.core.load import EngineSample, Outcome, ScrapeJob, ScrapeResult
+from scaler.ingest.http1 import LeanHTTP1Transport
 
 log = logging.getLogger(__name__)
-
-# Outcome of one scrape, for the `result` label of the scrape counter.
-Outcome = Literal[
-    "ok", "no_data", "timeout", "http_error", "connect_error", "too_large", "malformed"
-]
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapeJob:
-    address: str  # host:port
-    engine: Engine = "vllm"
-    model: str | None = None
-    path: str = "/metrics"
-    scheme: str = "http"
-
-
-@dataclass(frozen=True, slots=True)
-class ScrapeResult:
-    job: ScrapeJob
-    sample: EngineSample | None  # None: failed, or no engine families
-    error: str | None  # None on success; "no engine metrics" when the target exports none
-    at: float  # clock time when the response was complete
-    duration_s: float
-    outcome: Outcome = "ok"
-    body_bytes: int = 0
 
 
 class BodyTooLarge(Exception):
@@ -145,7 +119,7 @@ def make_client(cfg: ScrapeConfig, transport: str = "lean") -> httpx.AsyncClient
     not verify at all (both only matter for scheme https). Redirects are not followed and
     proxy environment variables are ignored: a target is an address, not a URL to chase.
     Concurrency is bounded by the Scraper, not by the pool. Plain-http targets go through
-    LeanHTTP1Transport (scaler/http1.py), https through PerTargetTransport.
+    LeanHTTP1Transport (scaler/ingest/http1.py), https through PerTargetTransport.
     `transport` selects the library-only alternatives for `bench/scrape_cycle.py`, which
     keeps the measurement that justifies the hand-written one.
     """

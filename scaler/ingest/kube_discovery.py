@@ -31,9 +31,8 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from scaler.config import InferenceService, KubernetesTargets
-from scaler.discovery import Endpoint
-from scaler.kube_watch import Reflector
-from scaler.load import TargetPhase
+from scaler.core.load import Endpoint, TargetPhase
+from scaler.ingest.kube_watch import Reflector
 
 log = logging.getLogger(__name__)
 

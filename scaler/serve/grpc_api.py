@@ -17,9 +17,9 @@ import grpc
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.decision import Decision
-from scaler.metrics import ScalerMetrics
-from scaler.snapshot import Snapshots
+from scaler.core.decision import Decision
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
 
 log = logging.getLogger("scaler.grpc")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scaler.load import ServiceLoad, TargetPhase, TargetState
+from scaler.core.load import ServiceLoad, TargetPhase, TargetState
 
 
 def _total_rate(rates: Sequence[float], fresh: int) -> float | None:

@@ -26,7 +26,7 @@ import grpc
 
 from scaler.config import ConfigError, TLSConfig
 
-log = logging.getLogger("scaler.tls")
+log = logging.getLogger("scaler.serve.tls")
 
 # Called with "ok" or "invalid" each time changed files are examined (for a metric).
 ReloadHook = Callable[[str], None]

@@ -13,9 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from scaler.discovery import Endpoint
-from scaler.load import EngineSample, TargetState
-from scaler.scrape import ScrapeResult
+from scaler.core.load import Endpoint, EngineSample, ScrapeResult, TargetState
 
 log = logging.getLogger("scaler.targets")
 

@@ -2,7 +2,7 @@
 
 A 500-target cycle costs ~0.26 CPU s (HTTP + exposition parsing). In the serving process
 that work delays KEDA's calls even from a thread of its own: both hold the same GIL
-(docs/operations.md#load). `ProcessScraper` has the `scrape_all` of `scaler.scrape.Scraper`
+(docs/operations.md#load). `ProcessScraper` has the `scrape_all` of `scaler.ingest.scrape.Scraper`
 and runs the real Scraper (its own event loop, httpx client and kept-alive connections)
 in one spawned worker; only jobs and the small ScrapeResults cross the pipe.
 
@@ -22,8 +22,9 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
 from scaler.config import ScrapeConfig
+from scaler.core.load import ScrapeJob, ScrapeResult
+from scaler.ingest.scrape import Scraper, make_client
 from scaler.logs import setup_logging
-from scaler.scrape import ScrapeJob, Scraper, ScrapeResult, make_client
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from scaler.load import EngineSample
-
-Engine = Literal["vllm", "sglang", "tgi"]
+from scaler.core.load import Engine, EngineSample
 
 
 class ParseError(ValueError):

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scaler.config import Config, ResearchClass
-from scaler.decision import PoolSplit, ResearchDecision, ServiceDecision
+from scaler.core.decision import PoolSplit, ResearchDecision, ServiceDecision
 
 
 @dataclass(frozen=True, slots=True)

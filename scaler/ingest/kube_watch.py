@@ -2,7 +2,7 @@
 
 Keeps `objects` current: a full list, then a watch from its resourceVersion (with
 bookmarks), re-listing at once on 410 Gone and backing off on errors. Shared by node
-capacity (scaler/capacity.py) and target discovery (scaler/kube_discovery.py).
+capacity (scaler/ingest/capacity.py) and target discovery (scaler/ingest/kube_discovery.py).
 """
 
 from __future__ import annotations

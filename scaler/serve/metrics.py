@@ -6,7 +6,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from scaler.decision import Decision
+from scaler.core.decision import Decision
 
 _PREFIX = "gpu_pool_scaler_"
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 
-from scaler.decision import Decision
+from scaler.core.decision import Decision
 
 
 def _wake(fut: asyncio.Future[None]) -> None:
