@@ -107,13 +107,6 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         help="ours' scaleDown.stabilizationSeconds (default: the product's default)",
     )
     p.add_argument(
-        "--ours-rate-window",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="what-if: ours reads tokens/s over this window (the server: one scrape, 5 s)",
-    )
-    p.add_argument(
         "--adaptive-reserve",
         type=int,
         default=0,
@@ -136,7 +129,6 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         ours_thresholds=th,
         ours_hpa_tolerance=a.ours_hpa_tolerance,
         adaptive_reserve_max_gpus=a.adaptive_reserve,
-        ours_rate_window_s=a.ours_rate_window,
         ours_scale_down_s=a.ours_scale_down,
         trace=a.trace,
         days=a.days,

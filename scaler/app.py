@@ -24,9 +24,8 @@ from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import Config, InferenceService
-from scaler.core import accounting, policy
+from scaler.core import accounting
 from scaler.core.accounting import Capacity
-from scaler.core.reserve import ReserveTracker
 from scaler.ingest.capacity import NodeCapacityWatcher
 from scaler.ingest.discovery import Discovery, StaticDiscovery
 from scaler.ingest.kube import make_api_client
@@ -135,10 +134,7 @@ class Scaler:
             scraper,
             self.snapshots,
             LoopDeps(
-                decide=policy.decide,
-                split_pool=accounting.split_pool,
                 capacity=self._capacity_for,
-                reserve=ReserveTracker(config.pool),
                 harvest=self.harvest,
             ),
             self.metrics,

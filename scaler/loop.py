@@ -1,9 +1,9 @@
-"""The control loop: discover -> scrape -> load -> policy -> accounting -> publish.
+"""The control loop: discover -> scrape -> track -> `core.cycle.step` -> publish.
 
 One cycle per `scrape.intervalSeconds`. Everything it talks to is injected (config
-provider, discovery, scraper, capacity, clocks), and the decision steps are the pure
-functions in `scaler.core.policy` and `scaler.core.accounting`, so tests and the simulator run the
-same code. The cycle never raises: a failing part degrades to "no data" for that part.
+provider, discovery, scraper, capacity, clocks); the decision itself is the pure
+`scaler.core.cycle.step`, which the simulator and the demo call too. The cycle never
+raises: a failing part degrades to "no data" for that part.
 """
 
 from __future__ import annotations
@@ -12,41 +12,21 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from scaler.config import Config, InferenceService
-from scaler.core.accounting import Capacity, HarvestMeter, inference_gpus
-from scaler.core.aggregate import aggregate
-from scaler.core.decision import Decision, PoolSplit, ResearchDecision, ServiceDecision
-from scaler.core.load import Endpoint, ScrapeJob, ScrapeResult, ServiceLoad
-from scaler.core.policy import PolicyState
-from scaler.core.reserve import ReserveTracker
+from scaler.core.accounting import Capacity, HarvestMeter
+from scaler.core.cycle import CycleInput, CycleState, step
+from scaler.core.decision import Decision
+from scaler.core.load import Endpoint, ScrapeJob, ScrapeResult, TargetState
 from scaler.core.tracker import TargetTracker
 from scaler.ingest.discovery import Discovery
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
 
 log = logging.getLogger("scaler.loop")
-
-
-class Decide(Protocol):
-    def __call__(
-        self, svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float
-    ) -> tuple[ServiceDecision, PolicyState]: ...
-
-
-class SplitPool(Protocol):
-    def __call__(
-        self,
-        cfg: Config,
-        decisions: Mapping[str, ServiceDecision],
-        capacity: Capacity | None,
-        reserve_gpus: int,
-        *,
-        ready_for_research: bool,
-    ) -> tuple[PoolSplit, dict[str, ResearchDecision]]: ...
 
 
 class ScrapeAll(Protocol):
@@ -57,10 +37,7 @@ class ScrapeAll(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class LoopDeps:
-    decide: Decide
-    split_pool: SplitPool
     capacity: Callable[[Config], Capacity | None]  # current capacity under this config
-    reserve: ReserveTracker | None = None  # None: the configured floor only
     harvest: HarvestMeter | None = None
 
 
@@ -86,10 +63,8 @@ class ControlLoop:
         self._clock = clock
         self._wall = wall_clock
         self._tracker = TargetTracker()
-        self._policy_state: dict[str, PolicyState] = {}
-        self._seq = 0
+        self._state = CycleState()
         self._known: tuple[set[str], set[str]] = (set(), set())
-        self._had_complete_cycle = False
         self.last_cycle_at: float | None = None  # clock time, for /healthz
 
     async def run_once(self) -> Decision:
@@ -116,63 +91,40 @@ class ControlLoop:
             self._metrics.scrapes.labels(service, res.outcome).inc()
             self._metrics.scrape_duration.observe(res.duration_s)
 
-        now = self._clock()
-        services: dict[str, ServiceDecision] = {}
+        targets: dict[str, list[TargetState] | None] = {}
         for svc in cfg.inference:
             eps = endpoints[svc.name]
-            states = (
+            targets[svc.name] = (
                 None if eps is None else self._tracker.update(svc.name, eps, by_service[svc.name])
             )
-            load = aggregate(svc.name, states, now, cfg.scrape.staleAfterSeconds)
-            prev = self._policy_state.get(svc.name)
-            decision, state = self._deps.decide(svc, load, prev, now)
-            self._policy_state[svc.name] = state
-            old = self._snapshots.latest().services.get(svc.name)
-            if old is None or old.desired != decision.desired or old.fresh != decision.fresh:
-                log.info(
-                    "desired %s -> %s: %s",
-                    None if old is None else old.desired,
-                    decision.desired,
-                    decision.reason,
-                    extra={"service": svc.name, "namespace": svc.namespace},
-                )
-            services[svc.name] = decision
-
-        complete = all(d.fresh for d in services.values())
-        capacity = self._deps.capacity(cfg)
-        reserve = cfg.pool.reserveGPUs
-        if self._deps.reserve is not None:
-            self._deps.reserve.reconfigure(cfg.pool)
-            self._deps.reserve.observe(now, inference_gpus(cfg, services))
-            reserve = self._deps.reserve.reserve(now)
-        # Research waits for one complete cycle (this one counts): until then we have not
-        # seen every service's load, and lending could take GPUs inference needs.
-        self._had_complete_cycle = self._had_complete_cycle or complete
-        pool, research = self._deps.split_pool(
-            cfg, services, capacity, reserve, ready_for_research=self._had_complete_cycle
-        )
-        if self._deps.harvest is not None:
+        now = self._clock()
+        inp = CycleInput(cfg, targets, self._deps.capacity(cfg), now, self._wall(), generation)
+        result, self._state = step(inp, self._state)
+        self._log_changes(result)
+        if self._deps.harvest is not None and result.pool is not None:
             before = self._deps.harvest.gpu_hours
-            self._deps.harvest.observe(pool.research_gpus, now)
+            self._deps.harvest.observe(result.pool.research_gpus, now)
             self._metrics.harvested.inc(max(0.0, self._deps.harvest.gpu_hours - before))
 
-        self._seq += 1
-        result = Decision(
-            seq=self._seq,
-            wall_time=self._wall(),
-            services=services,
-            research=research,
-            pool=pool,
-            config_generation=generation,
-            config=cfg,
-            complete=complete,
-        )
         self._snapshots.publish(result)
         self._metrics.observe_decision(result)
         self._metrics.cycles.inc()
         self._metrics.cycle_duration.observe(self._clock() - started)
         self.last_cycle_at = self._clock()
         return result
+
+    def _log_changes(self, result: Decision) -> None:
+        latest = self._snapshots.latest().services
+        for name, decision in result.services.items():
+            old = latest.get(name)
+            if old is None or old.desired != decision.desired or old.fresh != decision.fresh:
+                log.info(
+                    "desired %s -> %s: %s",
+                    None if old is None else old.desired,
+                    decision.desired,
+                    decision.reason,
+                    extra={"service": name, "namespace": decision.namespace},
+                )
 
     def _forget_removed(self, cfg: Config) -> None:
         services = {s.name for s in cfg.inference}
@@ -181,7 +133,6 @@ class ControlLoop:
             return
         for name in self._known[0] - services:
             self._tracker.forget_service(name)
-            self._policy_state.pop(name, None)
         self._metrics.forget(services, classes)
         self._known = (services, classes)
 

@@ -32,7 +32,6 @@ from prometheus_client import CollectorRegistry
 from scaler._proto import externalscaler_pb2 as pb
 from scaler.app import Options, Scaler
 from scaler.config import Config, load_config
-from scaler.core import accounting, policy
 from scaler.core.accounting import Capacity
 from scaler.core.decision import Decision, ServiceDecision
 from scaler.ingest.discovery import StaticDiscovery
@@ -257,8 +256,6 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
             scraper,
             snapshots,
             LoopDeps(
-                decide=policy.decide,  # type: ignore[arg-type]
-                split_pool=accounting.split_pool,
                 capacity=lambda c: Capacity(total_gpus=c.pool.capacity.gpus or 0),
             ),
             metrics,

@@ -23,7 +23,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from scaler.config import parse_config
-from scaler.core import accounting, policy
 from scaler.core.accounting import Capacity
 from scaler.core.load import Endpoint, ScrapeResult, TargetPhase
 from scaler.core.tracker import TargetTracker
@@ -175,8 +174,6 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
             scraper,
             Snapshots(),
             LoopDeps(
-                decide=policy.decide,
-                split_pool=accounting.split_pool,
                 capacity=lambda _cfg: Capacity(total_gpus=16),
             ),
             ScalerMetrics(CollectorRegistry()),

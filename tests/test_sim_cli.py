@@ -35,7 +35,7 @@ def test_every_option_is_applied() -> None:
             "--trace servegen-mid --days 2 --start-day 3 --pool-gpus 32 --gpus-per-replica 8 "
             "--seed 9 --slo 1.5 --reserve-gpus 8 --checkpoint-on-sigterm 60 --burst poisson "
             "--thresholds waitingPerReplica=2,tokensPerSecondPerReplica=auto "
-            "--ours-hpa-tolerance 0.1 --ours-scale-down 900 --ours-rate-window 60 "
+            "--ours-hpa-tolerance 0.1 --ours-scale-down 900 "
             "--adaptive-reserve 16 --jobs 2 --out /tmp/x"
         )
     )
@@ -52,11 +52,7 @@ def test_every_option_is_applied() -> None:
         ("waitingPerReplica", 2.0),
         ("tokensPerSecondPerReplica", "auto"),
     )
-    assert (scn.ours_hpa_tolerance, scn.ours_scale_down_s, scn.ours_rate_window_s) == (
-        0.1,
-        900.0,
-        60.0,
-    )
+    assert (scn.ours_hpa_tolerance, scn.ours_scale_down_s) == (0.1, 900.0)
     assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
 
 

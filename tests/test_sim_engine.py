@@ -70,7 +70,7 @@ def test_pool_never_overcommits_and_accounts_consistently(name: str) -> None:
 
 def test_ours_runs_the_server_policy_and_gives_gpus_back_on_the_ramp() -> None:
     res, pol = run("ours", SCN)
-    assert isinstance(pol, Ours) and isinstance(pol.state, PolicyState)
+    assert isinstance(pol, Ours) and isinstance(pol.cycle.policy["chat"], PolicyState)
     s = res.series
     t = np.asarray(s.t)
     before = np.asarray(s.replicas)[(t > 600) & (t < 1800)]

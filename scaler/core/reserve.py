@@ -24,6 +24,12 @@ class ReserveTracker:
         self._cfg = pool.adaptiveReserve
         self._history: deque[tuple[float, int]] = deque()
 
+    def copy(self) -> ReserveTracker:
+        """An independent tracker with the same settings and history (for pure cycle steps)."""
+        twin = ReserveTracker.__new__(ReserveTracker)
+        twin._floor, twin._cfg, twin._history = self._floor, self._cfg, deque(self._history)
+        return twin
+
     def reconfigure(self, pool: PoolConfig) -> None:
         """Apply a reloaded config, keeping the demand history."""
         self._floor = pool.reserveGPUs

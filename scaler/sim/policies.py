@@ -1,9 +1,9 @@
 """The policies compared by the bench, all reading the same simulated pool.
 
-* `ours`: the server's own code path: per-replica `EngineSample` -> `TargetState` ->
-  `scaler.core.aggregate.aggregate` -> `scaler.core.policy.decide` -> `scaler.core.accounting.split_pool`
-  (+ `scaler.core.reserve.ReserveTracker`), every scrape interval; KEDA hands `desired` to the
-  HPA (AverageValue, target 1) and the research slots to the ScaledJobs.
+* `ours`: the server's own decision path, every scrape interval: each replica's
+  `EngineSample` as a `ScrapeResult` -> `core.tracker.TargetTracker` -> `core.cycle.step`
+  (the function the server's control loop calls); KEDA hands `desired` to the HPA
+  (AverageValue, target 1) and the research slots to the ScaledJobs.
 * `static-peak`: replicas fixed at what the trace's peak needs; nothing lent.
 * `queue-threshold`: production-stack's KEDA recipe: Prometheus trigger on
   `vllm:num_requests_waiting` (sum over pods), threshold 5, AverageValue, HPA defaults.
@@ -21,7 +21,6 @@ so the harvest columns compare the inference side only. `static-peak` lends noth
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,11 +29,10 @@ import numpy.typing as npt
 
 from scaler.config import Config
 from scaler.core.accounting import Capacity, split_pool
-from scaler.core.aggregate import aggregate
-from scaler.core.decision import ServiceDecision
-from scaler.core.load import EngineSample, TargetPhase, TargetState
-from scaler.core.policy import PolicyState, decide
-from scaler.core.reserve import ReserveTracker
+from scaler.core.cycle import CycleInput, CycleState, step
+from scaler.core.decision import Decision, ServiceDecision
+from scaler.core.load import Endpoint, EngineSample, ScrapeJob, ScrapeResult, TargetPhase
+from scaler.core.tracker import TargetTracker
 from scaler.sim.kube import Hpa, HpaBehavior
 
 POLICY_NAMES = ("ours", "static-peak", "queue-threshold", "gpu-util-hpa", "oracle")
@@ -107,55 +105,28 @@ class Policy:
 
 @dataclass
 class Ours(Policy):
-    state: PolicyState | None = None
+    cycle: CycleState = field(default_factory=CycleState)
+    tracker: TargetTracker = field(default_factory=TargetTracker)
     desired: int | None = None
-    reserve: ReserveTracker | None = None
-    # Tokens/s over this window; the server's tracker uses consecutive scrapes (5 s), which
-    # is what the default reproduces. Longer windows are a what-if for the policy's design.
-    rate_window_s: float = 5.0
-    _hist: dict[int, deque[tuple[float, float, float]]] = field(default_factory=dict)
-    _cycles: int = 0
+    decision: Decision | None = None
 
     def control(self, view: PoolView) -> None:
         svc = self.cfg.inference[0]
-        states: list[TargetState] = []
-        seen: dict[int, deque[tuple[float, float, float]]] = {}
-        for row, s in view.samples.items():
-            tokens = (s.prompt_tokens_total or 0.0) + (s.generation_tokens_total or 0.0)
-            start = s.process_start_seconds or 0.0
-            hist = self._hist.get(row, deque())
-            while hist and (hist[0][1] != start or hist[0][0] < view.now - self.rate_window_s):
-                hist.popleft()  # other process (restart) or older than the rate window
-            rate = None
-            if hist and view.now > hist[0][0]:
-                rate = (tokens - hist[0][2]) / (view.now - hist[0][0])
-            hist.append((view.now, start, tokens))
-            seen[row] = hist
-            states.append(
-                TargetState(f"replica-{row}", TargetPhase.SERVING, s, view.now, None, rate)
-            )
-        self._hist = seen
-        states.extend(
-            TargetState(f"starting-{i}", TargetPhase.STARTING, None, None)
-            for i in range(view.starting)
-        )
-        load = aggregate(svc.name, states, view.now, self.cfg.scrape.staleAfterSeconds)
-        decision, self.state = decide(svc, load, self.state, view.now)
-        self.desired = decision.desired
-        if self.reserve is None:
-            self.reserve = ReserveTracker(self.cfg.pool)
-        need = max(decision.desired or 0, decision.current) * svc.gpusPerReplica
-        self.reserve.observe(view.now, need)
-        self.reserve_now = self.reserve.reserve(view.now)
-        _, research = split_pool(
-            self.cfg,
-            {svc.name: decision},
-            Capacity(self.capacity_gpus),
-            self.reserve_now,
-            ready_for_research=True,  # the loop lends from its first complete cycle on
-        )
-        self.slots = {k: v.slots for k, v in research.items()}
-        self._cycles += 1
+        # What the server's discovery and scraper would hand over: every ready replica
+        # scraped now, starting pods discovered but not serving yet.
+        endpoints = [Endpoint(f"replica-{row}", TargetPhase.SERVING) for row in view.samples]
+        endpoints += [Endpoint(f"starting-{i}", TargetPhase.STARTING) for i in range(view.starting)]
+        results = {
+            f"replica-{row}": ScrapeResult(ScrapeJob(f"replica-{row}"), s, None, view.now, 0.0)
+            for row, s in view.samples.items()
+        }
+        targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
+        inp = CycleInput(self.cfg, targets, Capacity(self.capacity_gpus), view.now)
+        self.decision, self.cycle = step(inp, self.cycle)
+        self.desired = self.decision.services[svc.name].desired
+        assert self.decision.pool is not None
+        self.reserve_now = self.decision.pool.reserve_gpus
+        self.slots = {k: v.slots for k, v in self.decision.research.items()}
 
     def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
         if self.desired is None:

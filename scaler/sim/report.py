@@ -69,8 +69,8 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
             f"{k}={v:g}" for k, v in s["ours_thresholds"].items() if isinstance(v, float) and v
         )
         + f"; scaleDown.stabilizationSeconds {s['ours_scale_down_s']:g}; HPA tolerance "
-        f"{s['ours_hpa_tolerance']:g} (chart), no HPA scale-down window; tokens/s over "
-        f"{s['ours_rate_window_s']:g} s; adaptive reserve "
+        f"{s['ours_hpa_tolerance']:g} (chart), no HPA scale-down window; the server's cycle step "
+        "(tokens/s between consecutive scrapes); adaptive reserve "
         + (f"≤ {s['adaptive_reserve_max_gpus']} GPUs" if s["adaptive_reserve_max_gpus"] else "off")
         + ". Baselines: Kubernetes HPA defaults (tolerance 0.1, scale-down window 300 s). "
         + (

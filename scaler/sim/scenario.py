@@ -8,6 +8,7 @@ is then scaled so its peak is exactly that rate: the peak needs ~90 % of the poo
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -65,7 +66,6 @@ class Scenario:
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
     # Ours' scaleDown.stabilizationSeconds; None: no `scaleDown:` key, the product's default.
     ours_scale_down_s: float | None = None
-    ours_rate_window_s: float = 5.0  # what-if: tokens/s over a longer window than 1 scrape
     adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
@@ -205,7 +205,7 @@ def make_policies(
     # policy stabilizes itself); baselines get Kubernetes' defaults.
     ours_hpa = HpaBehavior(tolerance=scn.ours_hpa_tolerance, scale_down_stabilization_s=0.0)
     pols: dict[str, Policy] = {
-        "ours": Ours("ours", cfg, cap, behavior=ours_hpa, rate_window_s=scn.ours_rate_window_s),
+        "ours": Ours("ours", cfg, cap, behavior=ours_hpa),
         "static-peak": StaticPeak(
             "static-peak", cfg, cap, uses_hpa=False, lends=False, replicas=static_n
         ),
@@ -277,6 +277,9 @@ class _Task:
 
 def _simulate_task(task: _Task) -> PolicyResult:
     scn, name, report = task.scn, task.name, task.progress
+    # Simulated pods that are still starting are "not scraped" by design: the tracker's
+    # per-target warning would print once per pod created over the simulated days.
+    logging.getLogger("scaler.targets").setLevel(logging.ERROR)
     t = time.monotonic()
     r = simulate_policy(
         task.policy,
