@@ -213,7 +213,13 @@ class Scaler:
             ],
         )
         pb_grpc.add_ExternalScalerServicer_to_server(
-            ExternalScalerServicer(self.snapshots, self.metrics), self.server
+            ExternalScalerServicer(
+                self.snapshots,
+                self.metrics,
+                config=lambda: self.holder.current()[0],
+                clock=time.monotonic,  # the control loop's clock (Decision.made_at)
+            ),
+            self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         address = f"{self.options.host}:{grpc_port}"

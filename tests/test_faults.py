@@ -38,7 +38,7 @@ from scaler.ingest.discovery import StaticDiscovery
 from scaler.ingest.scrape import Scraper, make_client
 from scaler.loop import ControlLoop, LoopDeps
 from scaler.reload import ConfigHolder
-from scaler.serve.grpc_api import RequestError, resolve, value_of
+from scaler.serve.grpc_api import RequestError, resolve, too_old, value_of
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
 from tests.support.exposition import vllm_exposition
@@ -222,7 +222,7 @@ class Rig:
         """What GetMetrics answers KEDA now (same code as the servicer)."""
         d = self.snapshots.latest()
         try:
-            return value_of(resolve(md, d), d)
+            return value_of(resolve(md, d.config), d, too_old(d, self.clock()))
         except RequestError as e:
             return e.code
 
@@ -667,6 +667,25 @@ async def test_process_suspended_for_an_hour_between_cycles(
     assert d.services["chat"].desired == desired  # 30 s of 60 s
     d = await rig.cycle(35)
     assert d.services["chat"].desired == 1  # now the window has passed with fresh data
+
+
+async def test_a_failing_control_loop_stops_serving_its_last_decision(
+    targets: Callable[[str], Any], rig_for: Callable[..., Rig]
+) -> None:
+    """Every cycle fails (a bug): the last decision is kept, but once it is older than
+    scrape.staleAfterSeconds KEDA gets UNAVAILABLE for inference and 0 research slots."""
+    t = await targets(BUSY)
+    rig = rig_for([t.address])
+    desired = await healthy_start(rig)
+    assert rig.keda(service="chat") == desired and rig.keda(researchClass="eval") > 0
+    stale_after = rig.holder.current()[0].scrape.staleAfterSeconds
+    rig.clock.t += stale_after - 1  # no cycle ran meanwhile
+    assert rig.keda(service="chat") == desired
+    rig.clock.t += 2
+    assert rig.keda(service="chat") == grpc.StatusCode.UNAVAILABLE
+    assert rig.keda(researchClass="eval") == 0
+    await rig.cycle(0)  # the loop recovers: current answers again
+    assert rig.keda(service="chat") == desired
 
 
 async def test_monotonic_clock_goes_backwards(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 import pytest
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.config import Config
 from scaler.core.decision import Decision, ServiceDecision
 from scaler.serve.grpc_api import ExternalScalerServicer
 from scaler.serve.metrics import ScalerMetrics
@@ -25,13 +27,18 @@ from tests.support.decisions import CONFIG, decision, svc
 
 
 class Harness:
-    def __init__(self) -> None:
+    def __init__(self, config: Config | None = None) -> None:
         self.snapshots = Snapshots()
         self.metrics = ScalerMetrics(CollectorRegistry())
         self.server = grpc.aio.server()
-        pb_grpc.add_ExternalScalerServicer_to_server(
-            ExternalScalerServicer(self.snapshots, self.metrics), self.server
+        self.now = 5000.0  # the control loop's clock, as the servicer reads it
+        servicer = ExternalScalerServicer(
+            self.snapshots,
+            self.metrics,
+            config=(lambda: config) if config is not None else None,
+            clock=lambda: self.now,
         )
+        pb_grpc.add_ExternalScalerServicer_to_server(servicer, self.server)
         self.health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -252,6 +259,82 @@ async def test_before_first_cycle_inference_unavailable_research_zero() -> None:
     finally:
         await harness.channel.close()
         await harness.server.stop(0)
+
+
+async def test_metric_spec_answers_from_the_config_before_the_first_cycle() -> None:
+    """KEDA calls GetMetricSpec first on every reconcile: it needs only the config, so a
+    restarting scaler answers it at once; the values still wait for data."""
+    harness = Harness(config=CONFIG)
+    await harness.server.start()
+    try:
+        assert harness.snapshots.latest().seq == 0 and harness.snapshots.latest().config is None
+        for md, name in (
+            ({"service": "chat"}, "inference-chat"),
+            ({"researchClass": "eval"}, "research-eval"),
+        ):
+            spec = await harness.stub.GetMetricSpec(ref(**md))
+            assert [(m.metricName, m.targetSize) for m in spec.metricSpecs] == [(name, 1)]
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await harness.stub.GetMetricSpec(ref(service="nope"))
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # still validated
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await harness.stub.GetMetrics(
+                pb.GetMetricsRequest(
+                    scaledObjectRef=ref(service="chat"), metricName="inference-chat"
+                )
+            )
+        assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await harness.channel.close()
+        await harness.server.stop(0)
+
+
+async def test_metric_spec_without_config_or_data_is_unavailable() -> None:
+    harness = Harness()  # no config source wired: nothing to answer from
+    await harness.server.start()
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await harness.stub.GetMetricSpec(ref(service="chat"))
+        assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    finally:
+        await harness.channel.close()
+        await harness.server.stop(0)
+
+
+@pytest.mark.parametrize(
+    ("age", "stale"),
+    [
+        pytest.param(29.0, False, id="within-staleAfterSeconds"),
+        pytest.param(31.0, True, id="older"),
+    ],
+)
+async def test_a_decision_older_than_stale_after_is_not_served_as_current(
+    h: Harness, caplog: pytest.LogCaptureFixture, age: float, stale: bool
+) -> None:
+    """A control loop that stopped producing decisions (every cycle failing) must not keep
+    serving its last one: inference UNAVAILABLE (KEDA's fallback), research 0 slots."""
+    d = decision(7, svc("chat", 3), eval_slots=5)
+    h.snapshots.publish(replace(d, made_at=h.now - age))  # staleAfterSeconds: default 30
+    req = pb.GetMetricsRequest(scaledObjectRef=ref(service="chat"), metricName="inference-chat")
+    research = pb.GetMetricsRequest(
+        scaledObjectRef=ref(researchClass="eval"), metricName="research-eval"
+    )
+    if stale:
+        for _ in range(2):
+            with pytest.raises(grpc.aio.AioRpcError) as exc:
+                await h.stub.GetMetrics(req)
+            assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "31s old" in (exc.value.details() or "")
+        assert (await h.stub.GetMetrics(research)).metricValues[0].metricValue == 0
+        assert (await h.stub.IsActive(ref(researchClass="eval"))).result is False
+        assert (
+            h.metrics.registry.get_sample_value("gpu_pool_scaler_stale_decision_answers_total") == 4
+        )
+        logged = [r for r in caplog.records if "serving no current decision" in r.getMessage()]
+        assert len(logged) == 1  # once per stuck decision, not per call
+    else:
+        assert (await h.stub.GetMetrics(req)).metricValues[0].metricValue == 3
+        assert (await h.stub.GetMetrics(research)).metricValues[0].metricValue == 5
 
 
 async def test_from_env_values_are_never_logged(

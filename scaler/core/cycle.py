@@ -73,5 +73,6 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         config_generation=inp.generation,
         config=cfg,
         complete=complete,
+        made_at=now,
     )
     return decision, CycleState(seq, MappingProxyType(policy), reserve, ready)

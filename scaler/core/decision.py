@@ -73,6 +73,9 @@ class Decision:
     config_generation: int = 0
     config: Config | None = None  # the config this decision was made under (names, targets)
     complete: bool = False  # every service had fresh data (research may be lent GPUs)
+    # Monotonic clock time of the cycle; readers refuse to serve a decision older than
+    # scrape.staleAfterSeconds as current. None: age unknown (hand-made snapshots).
+    made_at: float | None = None
 
     def __post_init__(self) -> None:
         # Read-only views: a published snapshot can never be changed under a reader.

@@ -10,13 +10,14 @@ import logging
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import grpc
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.config import Config
 from scaler.core.decision import Decision
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
@@ -54,9 +55,8 @@ def _known(names: list[str]) -> str:
     return ", ".join(sorted(names)) or "(none configured)"
 
 
-def resolve(metadata: Mapping[str, str], decision: Decision) -> Target:
+def resolve(metadata: Mapping[str, str], cfg: Config | None) -> Target:
     """Which service or research class a trigger means. Raises RequestError(INVALID_ARGUMENT)."""
-    cfg = decision.config
     if cfg is None:
         raise RequestError(grpc.StatusCode.UNAVAILABLE, "scaler is starting: no config loaded yet")
     service = metadata.get("service", "").strip()
@@ -109,12 +109,29 @@ def resolve(metadata: Mapping[str, str], decision: Decision) -> Target:
     )
 
 
-def value_of(target: Target, decision: Decision) -> int:
+def too_old(decision: Decision, now: float) -> str | None:
+    """Why the decision must not be served as current (the control loop stopped producing
+    new ones), or None. The limit is the data staleness limit: a decision older than the
+    data it may rest on is no better than stale data."""
+    if decision.made_at is None or decision.config is None:
+        return None
+    age = now - decision.made_at
+    limit = decision.config.scrape.staleAfterSeconds
+    if age <= limit:
+        return None
+    return f"latest decision is {age:.0f}s old (limit scrape.staleAfterSeconds={limit:g}s)"
+
+
+def value_of(target: Target, decision: Decision, stale: str | None = None) -> int:
     """The metric value for a trigger. Inference without fresh data -> UNAVAILABLE.
 
     Research never errors (KEDA silently skips a failing ScaledJob trigger): it fails
-    closed with 0 slots instead.
+    closed with 0 slots instead. `stale`: why the decision itself is too old to serve.
     """
+    if stale is not None:
+        if target.kind == "research":
+            return 0
+        raise RequestError(grpc.StatusCode.UNAVAILABLE, f"service {target.name!r}: {stale}")
     if target.kind == "research":
         r = decision.research.get(target.name)
         return r.slots if r is not None else 0
@@ -142,9 +159,34 @@ def _safe_metadata(md: Mapping[str, str]) -> dict[str, str]:
 
 
 class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
-    def __init__(self, snapshots: Snapshots, metrics: ScalerMetrics) -> None:
+    def __init__(
+        self,
+        snapshots: Snapshots,
+        metrics: ScalerMetrics,
+        *,
+        config: Callable[[], Config | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._snapshots = snapshots
         self._metrics = metrics
+        # The config in force: GetMetricSpec needs nothing else, so it answers from the
+        # moment the server listens (KEDA's reconcile calls it first, also on restarts).
+        self._config = config
+        self._clock = clock  # the control loop's clock: Decision.made_at is on it
+        self._stale_logged: int | None = None  # seq of the too-old decision last logged
+
+    def _staleness(self, d: Decision) -> str | None:
+        why = too_old(d, self._clock())
+        if why is not None:
+            self._metrics.stale_answers.inc()
+            if self._stale_logged != d.seq:  # once per stuck decision, not per call
+                self._stale_logged = d.seq
+                log.warning(
+                    "serving no current decision: %s; inference UNAVAILABLE (KEDA fallback), "
+                    "research 0 slots",
+                    why,
+                )
+        return why
 
     async def _fail(
         self,
@@ -179,8 +221,8 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         start = time.perf_counter()
         d = self._snapshots.latest()
         try:
-            t = resolve(request.scalerMetadata, d)
-            active = value_of(t, d) > t.activation
+            t = resolve(request.scalerMetadata, d.config)
+            active = value_of(t, d, self._staleness(d)) > t.activation
         except RequestError as e:
             await self._fail(context, "IsActive", request, e)
             raise  # unreachable: abort raises
@@ -192,7 +234,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
     ) -> AsyncIterator[pb.IsActiveResponse]:
         d = self._snapshots.latest()
         try:
-            t = resolve(request.scalerMetadata, d)
+            t = resolve(request.scalerMetadata, d.config)
         except RequestError as e:
             await self._fail(context, "StreamIsActive", request, e)
             return
@@ -202,7 +244,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         try:
             while True:
                 try:
-                    active: bool | None = value_of(t, d) > t.activation
+                    active: bool | None = value_of(t, d, too_old(d, self._clock())) > t.activation
                 except RequestError:
                     active = None  # no data: say nothing rather than a made-up false
                 if active is not None and active != last:
@@ -224,8 +266,11 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
     ) -> pb.GetMetricSpecResponse:
         start = time.perf_counter()
+        cfg = self._snapshots.latest().config
+        if cfg is None and self._config is not None:
+            cfg = self._config()
         try:
-            t = resolve(request.scalerMetadata, self._snapshots.latest())
+            t = resolve(request.scalerMetadata, cfg)
         except RequestError as e:
             await self._fail(context, "GetMetricSpec", request, e)
             raise
@@ -242,7 +287,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         ref = request.scaledObjectRef
         d = self._snapshots.latest()
         try:
-            t = resolve(ref.scalerMetadata, d)
+            t = resolve(ref.scalerMetadata, d.config)
             asked = _KEDA_PREFIX.sub("", request.metricName)
             if asked != t.metric_name:
                 raise RequestError(
@@ -250,7 +295,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
                     f"unknown metricName {request.metricName[:128]!r}; this trigger's metric is "
                     f"{t.metric_name!r}",
                 )
-            value = value_of(t, d)
+            value = value_of(t, d, self._staleness(d))
         except RequestError as e:
             await self._fail(context, "GetMetrics", ref, e)
             raise

@@ -80,6 +80,12 @@ class ScalerMetrics:
             registry=registry,
         )
         self.open_streams = gauge("open_streams", "Open StreamIsActive streams.")
+        self.stale_answers = Counter(
+            p + "stale_decision_answers",
+            "Answers given while the latest decision was older than scrape.staleAfterSeconds "
+            "(inference UNAVAILABLE, research 0 slots).",
+            registry=registry,
+        )
         self.config_reloads = Counter(
             p + "config_reloads", "Config reloads by result.", ("result",), registry=registry
         )
