@@ -180,6 +180,10 @@ class WorkQueue:
         cl = list(classes)
         return int(self._reap(args=[self.prefix, *cl])) if cl else 0
 
+    def known_classes(self) -> list[str]:
+        """Registered classes and classes that ever had an item, sorted."""
+        return sorted(self.redis.sunion(self.key("classes"), self.key("seen-classes")))  # type: ignore[arg-type]
+
     def snapshot(self, only: str | None = None) -> Snapshot:
         """Every item of every class (or of `only`), read in one MULTI: consistent counts."""
         registered = frozenset(self.registered_classes())
