@@ -23,13 +23,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.config import Config, InferenceService
+from scaler.config import Config, InferenceService, ScrapeConfig
 from scaler.core import accounting
 from scaler.core.accounting import Capacity
 from scaler.ingest.capacity import NodeCapacityWatcher
 from scaler.ingest.discovery import Discovery, StaticDiscovery
 from scaler.ingest.kube import make_api_client
-from scaler.ingest.scrape import Scraper, make_client
+from scaler.ingest.scrape import Scraper, ScraperFollowingConfig, make_client
 from scaler.ingest.scrape_worker import ProcessScraper
 from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
 from scaler.reload import ConfigHolder
@@ -86,8 +86,8 @@ class Scaler:
         self.holder = ConfigHolder(options.config_path, config, self.metrics)
         self.snapshots = Snapshots()
         self.draining = False
-        self._initial = config  # client and scraper limits; a reload changes them on restart
         self._close_scraper: Callable[[], Awaitable[None]] | None = None
+        self._scraper: ScraperFollowingConfig | None = None
         self._loop: ControlLoop | None = None
         self._loop_lock = threading.Lock()
         # The control thread (serve): its event loop and main task, for shutdown.
@@ -119,26 +119,26 @@ class Scaler:
             return self._loop
 
     def _build_loop(self) -> ControlLoop:
-        config = self._initial
-        scraper: ScrapeAll
-        if self.options.scrape_in_worker:
-            scraper = ProcessScraper(config.scrape)
-            self._close_scraper = scraper.aclose
-        else:
-            client = make_client(config.scrape)
-            self._close_scraper = client.aclose
-            scraper = Scraper.from_config(client, config.scrape)
+        scraper = ScraperFollowingConfig(
+            lambda: self.holder.current()[0].scrape, self._build_scraper
+        )
+        self._close_scraper = scraper.aclose
+        self._scraper = scraper
         return ControlLoop(
             self.holder.current,
             self._discovery_for,
             scraper,
             self.snapshots,
-            LoopDeps(
-                capacity=self._capacity_for,
-                harvest=self.harvest,
-            ),
+            LoopDeps(capacity=self._capacity_for, harvest=self.harvest),
             self.metrics,
         )
+
+    def _build_scraper(self, cfg: ScrapeConfig) -> tuple[ScrapeAll, Callable[[], Awaitable[None]]]:
+        if self.options.scrape_in_worker:
+            worker = ProcessScraper(cfg)
+            return worker, worker.aclose
+        client = make_client(cfg)
+        return Scraper.from_config(client, cfg), client.aclose
 
     def _discovery_for(self, svc: InferenceService) -> Discovery:
         if svc.targets.static is not None:

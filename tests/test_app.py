@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from scaler.app import Options, Running, Scaler
@@ -172,6 +173,39 @@ async def test_reload_invalid_file_keeps_old_config(env: Env, bad: str | None) -
     seq = running.snapshots.latest().seq
     await wait_for(lambda: running.snapshots.latest().seq > seq + 1)  # still deciding
     assert await client.value(service="chat") == 1
+
+
+async def test_reload_applies_scrape_limits_to_the_next_cycle(env: Env) -> None:
+    """`scrape:` settings (limits, timeouts, TLS) follow a reload: a new scrape client is
+    built before the next cycle. Here the body limit drops below the 52 KB capture, the
+    target fails as too large, and comes back when the limit is raised again."""
+    running, path = env.running, env.path
+    reg = running.metrics.registry
+
+    def too_large() -> float:
+        return (
+            reg.get_sample_value(
+                "gpu_pool_scaler_scrape_total", {"service": "chat", "result": "too_large"}
+            )
+            or 0.0
+        )
+
+    def set_limit(max_body: int) -> None:
+        cfg = yaml.safe_load(path.read_text())
+        cfg["scrape"]["maxBodyBytes"] = max_body
+        path.write_text(yaml.safe_dump(cfg))
+
+    assert too_large() == 0 and env.chat().fresh
+    set_limit(4096)
+    await wait_for(lambda: too_large() > 0)
+    await wait_for(lambda: not env.chat().fresh)
+    assert running.holder.current()[1] == 2
+    set_limit(8 * 1024 * 1024)
+    await wait_for(lambda: env.chat().fresh)
+    seen = too_large()
+    seq = running.snapshots.latest().seq
+    await wait_for(lambda: running.snapshots.latest().seq > seq + 2)
+    assert too_large() == seen  # the old limit is gone, not half-applied
 
 
 # -- the real command line ----------------------------------------------------------------

@@ -14,7 +14,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -301,3 +301,44 @@ class Scraper:
                 *(self.scrape(j, deadline=deadline, headers=headers) for j in jobs)
             )
         )
+
+
+class ScraperFollowingConfig:
+    """Scrapes with the scrape settings in force: a reload that changes `scrape:`
+    (timeouts, limits, TLS, bearer token) builds a new scraper and closes the old one
+    before the next cycle, so no setting is half-applied. `build` returns a scraper and
+    its close function (an in-process `Scraper` with its client, or a worker process)."""
+
+    def __init__(
+        self,
+        config: Callable[[], ScrapeConfig],
+        build: Callable[[ScrapeConfig], tuple[Any, Callable[[], Awaitable[None]]]],
+    ) -> None:
+        self._config = config
+        self._build = build
+        self._cfg: ScrapeConfig | None = None
+        self._scraper: Any = None
+        self._close: Callable[[], Awaitable[None]] | None = None
+        self.rebuilds = 0  # scrapers built after the first (a reload changed `scrape:`)
+
+    async def scrape_all(self, jobs: Sequence[ScrapeJob]) -> list[ScrapeResult]:
+        cfg = self._config()
+        if cfg != self._cfg:
+            if self._cfg is not None:
+                changed = sorted(
+                    k for k in type(cfg).model_fields if getattr(cfg, k) != getattr(self._cfg, k)
+                )
+                log.info("scrape settings changed (%s): new scrape client", ", ".join(changed))
+                self.rebuilds += 1
+            await self.aclose()
+            self._scraper, self._close = self._build(cfg)
+            self._cfg = cfg
+        result: list[ScrapeResult] = await self._scraper.scrape_all(jobs)
+        return result
+
+    async def aclose(self) -> None:
+        close, self._close = self._close, None
+        self._scraper = None
+        self._cfg = None
+        if close is not None:
+            await close()
