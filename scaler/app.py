@@ -56,7 +56,7 @@ class Options:
     config_path: str
     grpc_port: int | None = None  # override server.grpcPort
     metrics_port: int | None = None  # override server.metricsPort
-    host: str = "0.0.0.0"
+    host: str | None = None  # override server.listenAddress
     drain_seconds: float = 5.0
     reload_seconds: float = 2.0  # how often the config file is checked for changes
     # Kubernetes API client factory; the client is built only when the config needs it.
@@ -222,7 +222,8 @@ class Scaler:
             self.server,
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        address = f"{self.options.host}:{grpc_port}"
+        host = self.options.host if self.options.host is not None else cfg.server.listenAddress
+        address = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
         if cfg.server.tls is not None:
             from scaler.serve.tls import server_credentials
 
@@ -235,9 +236,7 @@ class Scaler:
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.server.start()
-        self.http = HealthServer(
-            self.options.host, metrics_port, self.registry, self._live, self._ready
-        )
+        self.http = HealthServer(host, metrics_port, self.registry, self._live, self._ready)
         self.http.start()
 
         # The control loop and the config watcher get a thread and event loop of their

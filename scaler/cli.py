@@ -23,7 +23,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from scaler.app import Options, serve
 
     cfg = load_config(args.config)
-    opts = Options(args.config, grpc_port=args.grpc_port, metrics_port=args.metrics_port)
+    opts = Options(
+        args.config,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        host=args.listen_address,
+    )
     return asyncio.run(serve(cfg, opts))
 
 
@@ -62,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(serve)
     serve.add_argument("--grpc-port", type=int, help="override server.grpcPort")
     serve.add_argument("--metrics-port", type=int, help="override server.metricsPort")
+    serve.add_argument("--listen-address", help="override server.listenAddress (e.g. ::)")
     serve.set_defaults(func=_cmd_serve)
     explain = sub.add_parser("explain", help="scrape once; print each decision and the pool split")
     _add_config(explain)

@@ -1,6 +1,7 @@
 """Pool configuration: parsed once from YAML into typed, validated, immutable objects.
 
-The schema is the one in DESIGN.md ("Interfaces"); the Helm chart renders the same keys
+The schema is documented in README.md ("Configuration reference"; the interface rules in
+docs/architecture.md, "Interfaces users depend on"); the Helm chart renders the same keys
 into a ConfigMap, and `tests/test_chart.py` loads the rendered file with `load_config`, so
 chart and code cannot drift. Keys are camelCase with the unit in the name; every field
 that is not required has a default next to it. Unknown keys are errors: a typo such as
@@ -9,6 +10,7 @@ that is not required has a default next to it. Unknown keys are errors: a typo s
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -55,8 +57,23 @@ class TLSConfig(_Model):
 
 
 class ServerConfig(_Model):
+    # IP address both servers bind: "0.0.0.0" all IPv4; "::" all IPv6 (and IPv4 on a
+    # dual-stack node): the one that works in an IPv6-only cluster.
+    listenAddress: str = "0.0.0.0"
     grpcPort: Port = 50051  # KEDA-facing ExternalScaler (+ grpc.health.v1)
     metricsPort: Port = 8080  # own /metrics, /healthz, /readyz
+
+    @field_validator("listenAddress")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        try:
+            return str(ipaddress.ip_address(v.strip().strip("[]")))
+        except ValueError:
+            raise ValueError(
+                f"must be an IP address such as 0.0.0.0 or :: (got {v!r}); host names are "
+                "not resolved for binding"
+            ) from None
+
     tls: TLSConfig | None = None  # absent → plaintext gRPC
 
 

@@ -50,11 +50,13 @@ class ConfigHolder:
             log.error("config reload rejected, keeping generation %d: %s", self._generation, e)
             return False
         old = self._config
-        if (new.server.grpcPort, new.server.metricsPort) != (
-            old.server.grpcPort,
-            old.server.metricsPort,
-        ):
-            log.warning("server ports changed in the config; they take effect on restart")
+        restart = [
+            f"server.{k}"
+            for k in ("listenAddress", "grpcPort", "metricsPort")
+            if getattr(new.server, k) != getattr(old.server, k)
+        ]
+        if restart:
+            log.warning("%s changed in the config; takes effect on restart", ", ".join(restart))
         self._config = new
         self._generation += 1
         self.last_error = None

@@ -16,10 +16,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from scaler._proto import externalscaler_pb2 as pb
+from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
 from scaler.core.decision import ServiceDecision
@@ -206,6 +209,33 @@ async def test_reload_applies_scrape_limits_to_the_next_cycle(env: Env) -> None:
     seq = running.snapshots.latest().seq
     await wait_for(lambda: running.snapshots.latest().seq > seq + 2)
     assert too_large() == seen  # the old limit is gone, not half-applied
+
+
+async def test_listen_address_ipv6(
+    tmp_path: Path, exposition_server: Callable[[str], ExpositionServer]
+) -> None:
+    """server.listenAddress "::1" (as "::" would in an IPv6-only cluster): gRPC and the
+    HTTP side port both answer on the IPv6 address."""
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    cfg = yaml.safe_load(path.read_text())
+    cfg["server"] = {"listenAddress": "::1"}
+    path.write_text(yaml.safe_dump(cfg))
+    scaler = Scaler(load_config(path), Options(str(path), grpc_port=0, metrics_port=0))
+    running = await scaler.start()
+    try:
+        channel = grpc.aio.insecure_channel(f"[::1]:{running.grpc_port}")
+        stub = pb_grpc.ExternalScalerStub(channel)
+        spec = await stub.GetMetricSpec(
+            pb.ScaledObjectRef(name="so", namespace="serving", scalerMetadata={"service": "chat"})
+        )
+        assert spec.metricSpecs[0].metricName == "inference-chat"
+        await channel.close()
+        url = f"http://[::1]:{running.metrics_port}/readyz"
+        status = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).status)
+        assert status == 200
+    finally:
+        await scaler.shutdown(running)
 
 
 # -- the real command line ----------------------------------------------------------------

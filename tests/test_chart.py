@@ -2,7 +2,8 @@
 
 * `helm lint --strict` and `helm template` over every `ci/*-values.yaml`;
 * ScaledObject / ScaledJob / TriggerAuthentication against KEDA's CRD openAPIV3Schema
-  (../shared/schemas/keda), made strict: an unknown field fails instead of being pruned;
+  (KEDA 2.20, vendored in tests/data/keda-crds/), made strict: an unknown field fails
+  instead of being pruned;
 * core kinds against Kubernetes' own schemas (kubernetes-validate, strict);
 * the rendered ConfigMap loads with the scaler's `load_config`, and the KEDA objects agree
   with the loaded config (names, namespaces, bounds, slots);
@@ -742,7 +743,9 @@ def _merge(base: Any, over: Any) -> Any:
 
 def _config_view(values: dict[str, Any]) -> dict[str, Any]:
     """What the chart writes into config.yaml for these values (chart keys dropped)."""
+    server = values.get("server", {})
     return {
+        "server": {k: v for k, v in server.items() if k == "listenAddress"},
         "pool": values.get("pool", {}),
         "scrape": values.get("scrape", {}),
         "inference": [
@@ -772,6 +775,12 @@ class Bad:
 
 
 BAD = [
+    Bad(
+        "listen-address-hostname",
+        {"server": {"listenAddress": "localhost"}},
+        "at '/server/listenAddress'",
+        True,
+    ),
     Bad(
         "min-replicas-negative",
         _svc(minReplicas=-1),
@@ -1008,6 +1017,15 @@ def test_bad_values_fail_with_a_clear_message(helm: Helm, tmp_path: Path, case: 
         # Chart and scaler agree: the scaler's loader refuses the same config.
         with pytest.raises(ConfigError):
             parse_config(_config_view(values))
+
+
+@pytest.mark.parametrize("address", ["::", "0.0.0.0", "fd00::1"])
+def test_listen_address_reaches_the_config(helm: Helm, tmp_path: Path, address: str) -> None:
+    """IPv6-only clusters set `server.listenAddress: "::"`; the scaler binds what it reads."""
+    f = tmp_path / "values.yaml"
+    f.write_text(yaml.safe_dump(_merge(MINIMAL, {"server": {"listenAddress": address}})))
+    cfg = loaded_config(helm.render(f), tmp_path)
+    assert cfg.server.listenAddress == address
 
 
 def test_bad_value_machinery_accepts_the_good_baseline(helm: Helm, tmp_path: Path) -> None:

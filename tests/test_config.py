@@ -1,4 +1,4 @@
-"""Config parsing: the DESIGN.md example loads; every bad file names the file and the key."""
+"""Config parsing: scaler/examples/pool.yaml loads; every bad file names the file and the key."""
 
 from __future__ import annotations
 
@@ -124,6 +124,24 @@ BAD = [
         "staleAfterSeconds must be at least intervalSeconds",
     ),
     ("port-out-of-range", "server", {"grpcPort": 70000}, "server.grpcPort"),
+    (
+        "listen-address-hostname",
+        "server",
+        {"listenAddress": "localhost"},
+        "server.listenAddress: must be an IP address",
+    ),
+    (
+        "target-selector-typo",
+        "inference.0.targets",
+        {"kubernetes": {"labelSelector": "app in (vllm"}},
+        "inference[0].targets.kubernetes.labelSelector",
+    ),
+    (
+        "target-selector-empty",
+        "inference.0.targets",
+        {"kubernetes": {"labelSelector": " "}},
+        "would match every pod",
+    ),
     ("duplicate-service", "inference.1", None, "inference: duplicate name 'chat'"),
 ]
 

@@ -7,6 +7,7 @@ which is exactly when liveness matters.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,6 +16,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 # (ok, detail) providers, evaluated per request.
 Probe = Callable[[], tuple[bool, str]]
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6  # "::" also accepts IPv4 on a dual-stack host
 
 
 class HealthServer:
@@ -54,7 +59,8 @@ class HealthServer:
         self.registry = registry
         self.live = live
         self.ready = ready
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        server_cls = _IPv6Server if ":" in host else ThreadingHTTPServer
+        self._httpd = server_cls((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="http", daemon=True)
 

@@ -173,7 +173,7 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 
 {{/* The config file the scaler reads: pool-config keys only, chart keys stripped. */}}
 {{- define "gps.config" -}}
-{{- $server := dict "grpcPort" (int .Values.server.grpcPort) "metricsPort" (int .Values.server.metricsPort) }}
+{{- $server := dict "listenAddress" (.Values.server.listenAddress | default "0.0.0.0") "grpcPort" (int .Values.server.grpcPort) "metricsPort" (int .Values.server.metricsPort) }}
 {{- if .Values.server.tls.enabled }}
 {{- $tls := dict "certFile" "/var/run/gpu-pool-scaler/tls/tls.crt" "keyFile" "/var/run/gpu-pool-scaler/tls/tls.key" }}
 {{- if .Values.server.tls.clientAuth }}
