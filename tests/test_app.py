@@ -321,3 +321,59 @@ def test_explain_prints_each_decision_and_the_pool_split(
     assert re.search(r"queue\s+40\s+5\s+8", out), out  # value, target, replicas asked
     assert "capacity 64 = inference 32 + reserve 4 + foreign 0 + headroom 28" in out
     assert re.search(r"research eval: 28 slot\(s\) × 1 GPU", out), out
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children of all its threads, recursively)."""
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for k in map(int, kids):
+                if k not in out:
+                    out.add(k)
+                    todo.append(k)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its parent's wait is missing
+
+
+def test_sigkill_of_the_server_leaves_no_orphans(
+    tmp_path: Path, exposition_server: Callable[[str], ExpositionServer]
+) -> None:
+    """`kill -9` of `serve` runs no cleanup; its scrape worker and multiprocessing's
+    resource tracker must still go within seconds, not run on as orphans."""
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    proc = _serve(path)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if not line or "gRPC on" in line:
+            break
+    assert "gRPC on" in lines[-1], "".join(lines)  # first cycle done: the worker exists
+    children = _descendants(proc.pid)
+    assert children, "the scrape worker process should be running"
+    proc.kill()
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(c) for c in children):
+        time.sleep(0.1)
+    left = [c for c in children if _alive(c)]
+    for c in left:  # do not leak them from the test either
+        os.kill(c, signal.SIGKILL)
+    assert not left, f"orphans still running 10 s after SIGKILL: {left}"

@@ -17,6 +17,8 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,8 +37,32 @@ WORKER_NICENESS = 5  # ~1/3 of the serving process's CPU weight when both want a
 _worker: tuple[asyncio.AbstractEventLoop, Scraper] | None = None
 
 
-def _init(cfg: ScrapeConfig) -> None:
+PARENT_CHECK_SECONDS = 0.5
+
+
+def _exit_with_parent(parent: int) -> None:
+    """End this worker soon after the serving process dies, however it died.
+
+    A SIGKILLed server runs no cleanup: the executor never tells its worker to stop, and
+    the worker (and with it multiprocessing's resource tracker, which lives until every
+    holder of its pipe is gone) would run on as an orphan. Polling the parent pid works
+    on every POSIX system; Linux's parent-death signal is not used because it follows the
+    thread that spawned the worker, not the process.
+    """
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_SECONDS)
+        os._exit(0)  # reparented: the server is gone
+
+    if os.getppid() != parent:
+        os._exit(0)  # died before we got here
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _init(cfg: ScrapeConfig, parent: int) -> None:
     global _worker
+    _exit_with_parent(parent)
     # A spawned process starts with bare logging: same format as the server (JSON in a
     # pod); only warnings and errors, the per-target story is logged by the server.
     setup_logging("auto", "WARNING")
@@ -71,7 +97,7 @@ class ProcessScraper:
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_init,
-                initargs=(self._cfg,),
+                initargs=(self._cfg, os.getpid()),
             )
         return self._pool
 
