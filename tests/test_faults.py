@@ -8,8 +8,9 @@ and clock jumps are exact rather than slept for. What KEDA would see is read thr
 gRPC servicer's own `resolve`/`value_of`, and, for the whole-scaler cases (all targets
 down, scaler restarted), through the real gRPC server.
 
-The rule under test (DESIGN.md): missing data never shrinks inference (hold), a service
-with nothing fresh answers UNAVAILABLE (KEDA's fallback), research fails closed (0 slots).
+The rule under test (docs/architecture.md, "Invariants"; docs/operations.md, "Faults"):
+missing data never shrinks inference (hold), a service with nothing fresh answers
+UNAVAILABLE (KEDA's fallback), research fails closed (0 slots).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 isort:skip_file
 KEDA external scaler contract, written for gpu-pool-scaler.
 Wire-compatible with KEDA 2.17-2.20 (package, service, RPCs, messages and field
-numbers must stay exactly as KEDA's; see ../shared/DESIGN.md "KEDA external scaler contract").
+numbers must stay exactly as KEDA's; see docs/keda-contract.md "Service, RPCs, messages").
 """
 
 from collections import abc as _abc

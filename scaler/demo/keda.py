@@ -3,7 +3,8 @@ hands the answers to the simulated cluster the way KEDA does.
 
 The driver's only source of decisions is the `ExternalScalerStub` it is given (it never
 sees the scaler's objects); what it does with an answer goes through the `Actuator`
-(the HPA and the ScaledJob controller of the simulated cluster). Semantics (DESIGN.md):
+(the HPA and the ScaledJob controller of the simulated cluster). Semantics
+(docs/keda-contract.md, "Call cadence", "Errors and fallback", "ScaledJobs"):
 * ScaledObject, every `so_interval_s`: GetMetricSpec → GetMetrics → IsActive; the value
   and targetSize feed the HPA (AverageValue). A failing call counts towards
   `fallback.failureThreshold` (3); the chart's fallback `currentReplicasIfHigher` then

@@ -1,7 +1,8 @@
 """KEDA ExternalScaler servicer: a thin adapter over the latest Decision snapshot.
 
 Handlers never scrape or compute; they resolve the trigger's metadata against the config
-the snapshot was made under and read one number. Contract facts: DESIGN.md.
+the snapshot was made under and read one number. Contract facts, and how each is applied
+here: docs/keda-contract.md.
 """
 
 from __future__ import annotations
