@@ -38,7 +38,8 @@ class ReplicaCapacity:
 # scaler.sim.scenario.calibrate(Scenario(), "conv"): Llama-3-70B on 4 × A100, conversation
 # lengths, TTFT SLO 2 s, 14 replicas → 2.47 req/s per replica (99.0 %), 1395 tokens/request.
 DEFAULT_CAPACITY = ReplicaCapacity(2.47, 1395.0)
-# KEDA and chart defaults, in trace seconds (DESIGN.md; charts/gpu-pool-scaler/values.yaml).
+# KEDA and chart defaults, in trace seconds (docs/keda-contract.md, "Call cadence";
+# charts/gpu-pool-scaler/values.yaml).
 SO_POLL_S = 15.0
 SJ_POLL_S = 30.0
 SCRAPE_S = 5.0
@@ -47,8 +48,9 @@ STEP_S = 60.0
 GRACE_S = 600.0  # research pods' terminationGracePeriodSeconds (the chart's default)
 RESEARCH_STARTUP_S = 60.0  # image pull, start, load the checkpoint (bench default)
 GPUS_PER_NODE = 8
-# The bench's thresholds for our policy: queue and KV as in DESIGN.md's example, plus
-# token throughput at this share of a replica's calibrated capacity.
+# The bench's thresholds for our policy: queue and KV at the product defaults (5, 0.8:
+# README.md, "Configuration reference"), plus token throughput at this share of a
+# replica's calibrated capacity.
 THROUGHPUT_TARGET_FRACTION = 0.9
 WEEKDAY = {"azure-code-week": 3, "azure-conv-week": 1}  # a Monday of each trace
 
@@ -181,7 +183,8 @@ def research_classes() -> tuple[ResearchClassSpec, ...]:
 
 
 def pool_config(p: Params, targets: list[str], cold_start_s: float) -> dict[str, object]:
-    """The scaler's config (DESIGN.md schema) with every interval compressed."""
+    """The scaler's config (README.md, "Configuration reference") with every interval
+    compressed."""
     scrape = p.real(SCRAPE_S, MIN_PERIOD_S)
     return {
         "pool": {
