@@ -191,7 +191,7 @@ SCENARIOS = [
             ("queued", False),
             ("take", "A", "empty"),
             ("item", {"state": "cancelled", "attempts": 0}),
-            ("cancel", "cancelled"),  # already: reports the state it is in
+            ("cancel", "already:cancelled"),
         ],
         id="cancel-queued-item-removes-it",
     ),
@@ -226,7 +226,7 @@ SCENARIOS = [
             ("take", "A", "ok"),
             ("cancel", "cancelling"),
             ("finish", "A", "done", "ok", "done"),  # finished before noticing: done wins
-            ("cancel", "done"),
+            ("cancel", "already:done"),
         ],
         id="cancel-loses-to-a-completed-item",
     ),

@@ -145,6 +145,10 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except redis.exceptions.RedisError as e:
         print(f"error: {describe(e, args.redis or '')}", file=err)
         return EXIT_USAGE
+    except BrokenPipeError:  # `status | head`: the reader left, not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _dispatch(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -214,7 +218,7 @@ def _cancel(q: WorkQueue, item_id: str, out: TextIO, err: TextIO) -> int:
         return EXIT_OK
     if r == "missing":
         raise InputError(f"no item {item_id!r}")
-    print(f"error: item {item_id} is already {r}", file=err)
+    print(f"error: item {item_id} is already {r.removeprefix('already:')}", file=err)
     return EXIT_CONFLICT
 
 

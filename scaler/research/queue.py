@@ -168,7 +168,7 @@ class WorkQueue:
 
     def cancel(self, item_id: str) -> str:
         """'cancelled' (was waiting), 'cancelling' (running: its worker stops it at the
-        next heartbeat), 'missing', or the terminal state the item is already in."""
+        next heartbeat), 'missing', or 'already:<state>' (done, dead or cancelled)."""
         return str(self._cancel(args=[self.prefix, item_id]))
 
     def get(self, item_id: str) -> Item | None:

@@ -243,7 +243,7 @@ return {'ok', to}
 """
 )
 
-# ARGV: P, id -> 'cancelled' | 'cancelling' | 'missing' | the terminal state it is in
+# ARGV: P, id -> 'cancelled' | 'cancelling' | 'missing' | 'already:<terminal state>'
 CANCEL = (
     _PRELUDE
     + r"""
@@ -266,7 +266,7 @@ if st == 'running' then
   event(now, 'cancel_requested', id, cls, {})
   return 'cancelling'
 end
-return st
+return 'already:' .. st
 """
 )
 

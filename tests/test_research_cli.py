@@ -1,0 +1,199 @@
+"""`gpu-pool-scaler research ...` against a real redis-server: happy paths and bad input.
+
+Every bad input must give exit 2, exactly one line on stderr, and leave Redis byte-for-byte
+as it was (checked with DUMP of every key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from scaler.research.cli import add_subcommands, classes_from_config
+from scaler.research.model import InputError
+from scaler.research.queue import WorkQueue
+from scaler.research.redisconn import connect
+from tests.support.redisserver import RedisServer, running_redis
+
+REPO = Path(__file__).resolve().parent.parent
+PASSWORD = "pw-that-must-not-leak"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from running_redis(tmp_path, password=PASSWORD)
+
+
+def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scaler.research.cli", *argv],
+        cwd=REPO,
+        env=dict(os.environ, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def fingerprint(server: RedisServer) -> dict[bytes, bytes | None]:
+    raw = redis.Redis(host="127.0.0.1", port=server.port, password=PASSWORD)
+    try:
+        return {k: raw.dump(k) for k in sorted(raw.keys("*"))}  # type: ignore[union-attr]
+    finally:
+        raw.close()
+
+
+@pytest.fixture
+def seeded(redis_server: RedisServer) -> RedisServer:
+    """Two registered classes and one queued item (written directly: fewer subprocesses)."""
+    q = WorkQueue(connect(redis_server.url))
+    q.update_classes(add=["eval", "train"])
+    q.submit("eval", {"A": "1"})
+    q.redis.close()
+    return redis_server
+
+
+def test_submit_status_cancel(seeded: RedisServer) -> None:
+    u = seeded.url
+    p = cli("classes", "--redis", u)
+    assert (p.returncode, p.stdout) == (0, "eval\ntrain\n")
+    p = cli("submit", "--redis", u, "--class", "train", "--param", "LR=0.1", "--param", "X=a=b",
+            "--max-attempts", "5", "--submitter", "ada")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    item_id = p.stdout.strip()
+    assert len(item_id) == 16 and p.stderr == ""
+
+    st = cli("status", "--redis", u, "--json")
+    assert st.returncode == 0, st.stderr
+    doc = json.loads(st.stdout)
+    assert doc["classes"]["train"]["queued"] == 1 and doc["classes"]["eval"]["queued"] == 1
+    [item] = [i for i in doc["items"] if i["id"] == item_id]
+    assert item["params"] == {"LR": "0.1", "X": "a=b"}
+    assert (item["state"], item["submitter"], item["max_attempts"]) == ("queued", "ada", 5)
+
+    text = cli("status", "--redis", u, "--class", "train").stdout
+    assert "CLASS" in text and "REQUEUED" in text and item_id in text and "eval" not in text
+
+    c = cli("cancel", "--redis", u, item_id)
+    assert (c.returncode, c.stdout.strip()) == (0, f"cancelled {item_id}")
+    again = cli("cancel", "--redis", u, item_id)
+    assert (
+        again.returncode == 1
+        and again.stderr.strip() == f"error: item {item_id} is already cancelled"
+    )
+    doc = json.loads(cli("status", "--redis", u, "--json").stdout)
+    assert doc["classes"]["train"]["cancelled"] == 1 and doc["classes"]["train"]["queued"] == 0
+    assert PASSWORD not in st.stdout + text
+
+
+def test_password_from_the_environment(seeded: RedisServer) -> None:
+    p = cli("submit", "--class", "eval", env={"GPS_REDIS_URL": seeded.url})
+    assert p.returncode == 0, p.stderr
+
+
+def test_classes_synced_from_the_scaler_config(seeded: RedisServer) -> None:
+    p = cli("classes", "--redis", seeded.url, "--sync-config", "scaler/examples/pool.yaml")
+    assert (p.returncode, p.stdout) == (0, "eval\n")
+    bad = cli("submit", "--redis", seeded.url, "--class", "train")
+    assert bad.returncode == 2 and "unknown research class 'train' (known: eval)" in bad.stderr
+
+
+def test_hooked_into_a_parent_parser(seeded: RedisServer) -> None:
+    """How `gpu-pool-scaler research ...` uses it: add_subcommands + args.func(args)."""
+    parser = argparse.ArgumentParser(prog="gpu-pool-scaler")
+    sub = parser.add_subparsers(dest="command", required=True)
+    research = sub.add_parser("research")
+    add_subcommands(research.add_subparsers(dest="research_command", required=True))
+    args = parser.parse_args(["research", "submit", "--redis", seeded.url, "--class", "eval"])
+    assert (args.log_format, args.log_level) == ("text", "WARNING")  # what the parent reads
+    out = io.StringIO()
+    assert args.func(args, out=out) == 0
+    assert len(out.getvalue().strip()) == 16
+
+
+def _url(server: RedisServer, which: str) -> str:
+    return {
+        "ok": server.url,
+        "wrong-password": server.url.replace(PASSWORD, "nope"),
+        "no-password": server.url.replace(f":{PASSWORD}@", ""),
+        "unreachable": f"redis://:{PASSWORD}@127.0.0.1:1/0",
+        "not-redis": f"http://:{PASSWORD}@127.0.0.1:{server.port}/",
+    }[which]
+
+
+BAD_INPUT = [
+    pytest.param("ok", ["submit", "--class", "nope"],
+                 "error: unknown research class 'nope' (known: eval, train)", id="unknown-class"),
+    pytest.param("ok", ["submit", "--class", "Eval_1"],
+                 "error: research class 'Eval_1' is not a DNS label", id="class-not-dns-label"),
+    pytest.param("ok", ["submit", "--class", "eval", "--param", "A=1", "--param", "=x"],
+                 "error: --param '=x' has an empty key", id="param-empty-key"),
+    pytest.param("ok", ["submit", "--class", "eval", "--param", "A"],
+                 "error: --param 'A' is not KEY=VALUE (no '=')", id="param-without-equals"),
+    pytest.param("ok", ["submit", "--class", "eval", "--param", "GPS_ATTEMPT=9"],
+                 "error: --param key 'GPS_ATTEMPT' uses the reserved prefix", id="param-reserved"),
+    pytest.param("ok", ["submit", "--class", "eval", "--param", "A=1", "--param", "A=2"],
+                 "error: --param A given twice", id="param-twice"),
+    pytest.param("ok", ["submit", "--class", "eval", "--max-attempts", "0"],
+                 "error: --max-attempts must be 1..1000, got 0", id="max-attempts-zero"),
+    pytest.param("unreachable", ["submit", "--class", "eval"],
+                 "error: cannot reach Redis at redis://:***@127.0.0.1:1/0", id="redis-unreachable"),
+    pytest.param("wrong-password", ["submit", "--class", "eval"],
+                 "error: Redis at redis://:***@127.0.0.1:", id="wrong-password"),
+    pytest.param("no-password", ["submit", "--class", "eval"],
+                 "error: Redis at redis://127.0.0.1:", id="missing-password"),
+    pytest.param("not-redis", ["submit", "--class", "eval"],
+                 "error: --redis 'http://:***@127.0.0.1:", id="not-a-redis-url"),
+    pytest.param("ok", ["cancel", "0123456789abcdef"], "error: no item '0123456789abcdef'",
+                 id="cancel-unknown-id"),
+    pytest.param("ok", ["status", "--class", "nope"],
+                 "error: unknown research class 'nope' (known: eval, train)", id="status-unknown"),
+    pytest.param("ok", ["classes", "--add", "ok", "--add", "Not OK"],
+                 "error: research class 'Not OK' is not a DNS label", id="classes-bad-name"),
+    pytest.param("ok", ["classes", "--sync-config", "/nonexistent/pool.yaml"],
+                 "error: --sync-config /nonexistent/pool.yaml: cannot read", id="config-missing"),
+    pytest.param("ok", ["submit", "--class", "eval", "--bogus"],
+                 "error: unrecognized arguments: --bogus", id="unknown-flag"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("url", "argv", "want"), BAD_INPUT)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(
+    seeded: RedisServer, url: str, argv: list[str], want: str
+) -> None:
+    before = fingerprint(seeded)
+    p = cli(*argv[:1], "--redis", _url(seeded, url), *argv[1:])
+    assert p.returncode == 2, p.stderr
+    assert p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith(want), p.stderr
+    assert PASSWORD not in p.stderr
+    assert fingerprint(seeded) == before
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        pytest.param("research:\n  - name: a\n  - name: b\n", ["a", "b"], id="two"),
+        pytest.param("pool: {name: p}\n", [], id="no-research-key"),
+        pytest.param("research: [{name: a}, {name: a}]\n", "repeat", id="duplicate"),
+        pytest.param("research: [{gpusPerJob: 1}]\n", "list of", id="no-name"),
+        pytest.param("research: [\n", "not YAML", id="broken-yaml"),
+    ],
+)
+def test_classes_from_config(tmp_path: Path, text: str, want: list[str] | str) -> None:
+    p = tmp_path / "pool.yaml"
+    p.write_text(text)
+    if isinstance(want, list):
+        assert classes_from_config(str(p)) == want
+    else:
+        with pytest.raises(InputError, match=want):
+            classes_from_config(str(p))
