@@ -82,9 +82,9 @@ class Scaler:
     def __init__(self, config: Config, options: Options) -> None:
         self.options = options
         self.registry = CollectorRegistry()
-        self.metrics = ScalerMetrics(self.registry)
-        self.holder = ConfigHolder(options.config_path, config, self.metrics)
         self.snapshots = Snapshots()
+        self.metrics = ScalerMetrics(self.registry, self.snapshots.latest)
+        self.holder = ConfigHolder(options.config_path, config, self.metrics)
         self.draining = False
         self._close_scraper: Callable[[], Awaitable[None]] | None = None
         self._scraper: ScraperFollowingConfig | None = None

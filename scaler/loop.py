@@ -107,7 +107,6 @@ class ControlLoop:
             self._metrics.harvested.inc(max(0.0, self._deps.harvest.gpu_hours - before))
 
         self._snapshots.publish(result)
-        self._metrics.observe_decision(result)
         self._metrics.cycles.inc()
         self._metrics.cycle_duration.observe(self._clock() - started)
         self.last_cycle_at = self._clock()
@@ -133,7 +132,6 @@ class ControlLoop:
             return
         for name in self._known[0] - services:
             self._tracker.forget_service(name)
-        self._metrics.forget(services, classes)
         self._known = (services, classes)
 
     async def run(self, stop: asyncio.Event) -> None:

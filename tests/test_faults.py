@@ -240,9 +240,9 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
         path.write_text(yaml.safe_dump(config_dict(addresses, **svc)))
         cfg: Config = load_config(path)
         clock, wall = Clock(1000.0), Clock(1_800_000_000.0)
-        metrics = ScalerMetrics(CollectorRegistry())
-        holder = ConfigHolder(path, cfg, metrics)
         snapshots = Snapshots()
+        metrics = ScalerMetrics(CollectorRegistry(), snapshots.latest)
+        holder = ConfigHolder(path, cfg, metrics)
         client = make_client(cfg.scrape)
         scraper = Scraper(
             client,

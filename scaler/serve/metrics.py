@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from scaler.core.decision import Decision
 
@@ -12,41 +14,20 @@ _PREFIX = "gpu_pool_scaler_"
 
 
 class ScalerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    """Counters and histograms the parts push, plus the decision gauges, which are read
+    from the latest Decision at scrape time (`DecisionCollector`): what /metrics shows is
+    always one consistent snapshot, and services removed by a reload simply vanish."""
+
+    def __init__(
+        self, registry: CollectorRegistry, decisions: Callable[[], Decision] | None = None
+    ) -> None:
         self.registry = registry
+        registry.register(DecisionCollector(decisions or Decision.initial))
         p = _PREFIX
 
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ()) -> Gauge:
             return Gauge(p + name, doc, labels, registry=registry)
 
-        self.desired = gauge(
-            "desired_replicas", "Replica target per inference service.", ("service",)
-        )
-        self.current = gauge(
-            "current_replicas", "Replicas that exist (ready + starting + unhealthy).", ("service",)
-        )
-        self.ready = gauge("ready_replicas", "Replicas serving with fresh metrics.", ("service",))
-        self.starting = gauge("starting_replicas", "Replicas discovered, not Ready.", ("service",))
-        self.fresh = gauge(
-            "service_data_fresh",
-            "1 when every replica of the service has fresh data.",
-            ("service",),
-        )
-        self.signal_value = gauge(
-            "signal_value", "Observed value of each policy signal.", ("service", "signal")
-        )
-        self.signal_replicas = gauge(
-            "signal_replicas", "Replicas each policy signal asks for.", ("service", "signal")
-        )
-        self.research_slots = gauge(
-            "research_slots", "Total research Job slots per class.", ("research_class",)
-        )
-        self.pool_gpus = gauge(
-            "pool_gpus",
-            "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research).",
-            ("part",),
-        )
-        self.capacity_known = gauge("capacity_known", "1 when pool capacity is known.")
         self.harvested = Counter(
             p + "harvested_gpu_hours",
             "GPU-hours lent to research slots since start.",
@@ -68,7 +49,6 @@ class ScalerMetrics:
             registry=registry,
         )
         self.cycles = Counter(p + "cycles", "Control-loop cycles completed.", registry=registry)
-        self.last_cycle = gauge("last_cycle_timestamp_seconds", "Unix time of the last cycle.")
         self.grpc_requests = Counter(
             p + "grpc_requests", "KEDA gRPC requests.", ("method", "code"), registry=registry
         )
@@ -97,50 +77,74 @@ class ScalerMetrics:
             registry=registry,
         )
 
-    def observe_decision(self, d: Decision) -> None:
-        for name, s in d.services.items():
-            if s.desired is not None:
-                self.desired.labels(name).set(s.desired)
-            self.current.labels(name).set(s.current)
-            self.ready.labels(name).set(s.ready)
-            self.starting.labels(name).set(s.starting)
-            self.fresh.labels(name).set(1 if s.fresh else 0)
-            for sig in s.signals:
-                if sig.abstain:  # no reading this cycle: drop the series, never show a fake 0
-                    with contextlib.suppress(KeyError):
-                        self.signal_value.remove(name, sig.signal)
-                        self.signal_replicas.remove(name, sig.signal)
-                    continue
-                self.signal_value.labels(name, sig.signal).set(sig.value)
-                self.signal_replicas.labels(name, sig.signal).set(sig.replicas)
-        for name, r in d.research.items():
-            self.research_slots.labels(name).set(r.slots)
-        if d.pool is not None:
-            pool = d.pool
-            self.capacity_known.set(0 if pool.capacity is None else 1)
-            parts = {
-                "capacity": pool.capacity or 0,
-                "inference": pool.inference_gpus,
-                "reserve": pool.reserve_gpus,
-                "foreign": pool.foreign_gpus,
-                "headroom": pool.headroom_gpus,
-                "research": pool.research_gpus,
-            }
-            for part, v in parts.items():
-                self.pool_gpus.labels(part).set(v)
-        self.last_cycle.set(d.wall_time)
-        self.config_generation.set(d.config_generation)
 
-    def forget(self, services: set[str], classes: set[str]) -> None:
-        """Drop label sets of services/classes removed by a config reload."""
-        for g in (self.desired, self.current, self.ready, self.starting, self.fresh):
-            for labels in list(g._metrics):  # prometheus_client has no public label listing
-                if labels[0] not in services:
-                    g.remove(*labels)
-        for g in (self.signal_value, self.signal_replicas):
-            for labels in list(g._metrics):
-                if labels[0] not in services:
-                    g.remove(*labels)
-        for labels in list(self.research_slots._metrics):
-            if labels[0] not in classes:
-                self.research_slots.remove(*labels)
+class DecisionCollector(Collector):
+    """The decision gauges, computed from the latest Decision at each scrape.
+
+    A value the decision does not have is left out, never shown as 0: no `desired` without
+    fresh data, no signal reading when the signal abstained."""
+
+    def __init__(self, decisions: Callable[[], Decision]) -> None:
+        self._decisions = decisions
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        d = self._decisions()
+        p = _PREFIX
+
+        def fam(name: str, doc: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+            return GaugeMetricFamily(p + name, doc, labels=list(labels))
+
+        desired = fam("desired_replicas", "Replica target per inference service.", ("service",))
+        current = fam(
+            "current_replicas", "Replicas that exist (ready + starting + unhealthy).", ("service",)
+        )
+        ready = fam("ready_replicas", "Replicas serving with fresh metrics.", ("service",))
+        starting = fam("starting_replicas", "Replicas discovered, not Ready.", ("service",))
+        fresh = fam(
+            "service_data_fresh",
+            "1 when every replica of the service has fresh data.",
+            ("service",),
+        )
+        sig_value = fam(
+            "signal_value", "Observed value of each policy signal.", ("service", "signal")
+        )
+        sig_replicas = fam(
+            "signal_replicas", "Replicas each policy signal asks for.", ("service", "signal")
+        )
+        for name, sd in d.services.items():
+            if sd.desired is not None:
+                desired.add_metric([name], sd.desired)
+            current.add_metric([name], sd.current)
+            ready.add_metric([name], sd.ready)
+            starting.add_metric([name], sd.starting)
+            fresh.add_metric([name], 1 if sd.fresh else 0)
+            for v in sd.signals:
+                if not v.abstain:
+                    sig_value.add_metric([name, v.signal], v.value)
+                    sig_replicas.add_metric([name, v.signal], v.replicas)
+        slots = fam("research_slots", "Total research Job slots per class.", ("research_class",))
+        for name, r in d.research.items():
+            slots.add_metric([name], r.slots)
+        pool_gpus = fam(
+            "pool_gpus",
+            "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research).",
+            ("part",),
+        )
+        known = fam("capacity_known", "1 when pool capacity is known.")
+        if d.pool is not None:
+            parts = {
+                "capacity": d.pool.capacity or 0,
+                "inference": d.pool.inference_gpus,
+                "reserve": d.pool.reserve_gpus,
+                "foreign": d.pool.foreign_gpus,
+                "headroom": d.pool.headroom_gpus,
+                "research": d.pool.research_gpus,
+            }
+            for part, value in parts.items():
+                pool_gpus.add_metric([part], value)
+            known.add_metric([], 0 if d.pool.capacity is None else 1)
+        last = fam("last_cycle_timestamp_seconds", "Unix time of the last cycle.")
+        if d.seq > 0:
+            last.add_metric([], d.wall_time)
+        yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas)
+        yield from (slots, pool_gpus, known, last)

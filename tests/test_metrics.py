@@ -1,0 +1,55 @@
+"""Decision gauges are read from the latest snapshot at scrape time (DecisionCollector)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from scaler.core.decision import SignalVerdict
+from scaler.serve.metrics import ScalerMetrics
+from scaler.serve.snapshot import Snapshots
+from tests.support.decisions import decision, svc
+
+
+def families(metrics: ScalerMetrics) -> dict[str, dict[tuple[str, ...], float]]:
+    out: dict[str, dict[tuple[str, ...], float]] = {}
+    for fam in metrics.registry.collect():
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(s.labels.values())] = s.value
+    return out
+
+
+def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
+    snapshots = Snapshots()
+    m = ScalerMetrics(CollectorRegistry(), snapshots.latest)
+    assert "gpu_pool_scaler_desired_replicas" not in families(m)  # nothing decided yet
+    queue = SignalVerdict("queue", 12.0, 5.0, 3)
+    kv = SignalVerdict("kv-cache", 0.0, 0.8, 1, abstain=True)
+    chat = replace(svc("chat", 3), signals=(queue, kv))
+    snapshots.publish(decision(1, chat, eval_slots=5))
+    f = families(m)
+    assert f["gpu_pool_scaler_desired_replicas"] == {("chat",): 3, ("code",): 1}
+    assert f["gpu_pool_scaler_research_slots"] == {("eval",): 5, ("train",): 0}
+    assert f["gpu_pool_scaler_signal_value"] == {("chat", "queue"): 12.0}  # abstained: absent
+    assert f["gpu_pool_scaler_pool_gpus"][("research",)] == 5
+    assert f["gpu_pool_scaler_capacity_known"] == {(): 1}
+    assert f["gpu_pool_scaler_last_cycle_timestamp_seconds"] == {(): 1001.0}
+
+    # Next cycle: chat has no fresh data (desired None) and `code` was removed by a reload.
+    d = decision(2, svc("chat", None, fresh=False))
+    services = {k: v for k, v in d.services.items() if k != "code"}
+    snapshots.publish(replace(d, services=services))
+    f = families(m)
+    assert "gpu_pool_scaler_desired_replicas" not in f  # never a made-up value
+    assert f["gpu_pool_scaler_service_data_fresh"] == {("chat",): 0}
+    assert ("code",) not in f["gpu_pool_scaler_current_replicas"]
+
+
+def test_exposition_keeps_the_metric_names() -> None:
+    snapshots = Snapshots()
+    m = ScalerMetrics(CollectorRegistry(), snapshots.latest)
+    snapshots.publish(decision(1, svc("chat", 3)))
+    body = generate_latest(m.registry).decode()
+    assert 'gpu_pool_scaler_desired_replicas{service="chat"} 3.0' in body
+    assert "# TYPE gpu_pool_scaler_desired_replicas gauge" in body
