@@ -9,11 +9,14 @@ a step boundary), `end A` when all steps are done.
 
 Invariants checked per item (the exact statement of "work is not redone"):
   1. attempts never overlap: lines of attempt A+1 never precede a line of attempt A;
-  2. every attempt resumes from the checkpoint: its D = the highest step checkpointed before;
-  3. every step 1..N is checkpointed exactly once;
-  4. a step runs again only if its earlier run was not checkpointed, which happens only as
-     the LAST exec of an attempt that was killed (node loss: outcome `lost`), at most once
-     per such attempt; an attempt stopped by SIGTERM (`term`) leaves nothing to redo;
+  2. every attempt resumes from the durable checkpoint: its D = the highest step whose
+     checkpoint rename completed before it (read from the next attempt's `start` line: a
+     kill between the rename and the `ckpt` line leaves a durable step without its line);
+  3. the steps made durable by successive attempts partition 1..N: each exactly once;
+  4. a step runs a second time only if its first run's checkpoint rename never happened,
+     and that is only ever the LAST exec of an attempt that was killed (outcome `lost`),
+     at most one step per such attempt; an attempt stopped by SIGTERM (`term`) leaves
+     nothing to redo;
   5. exactly one completion per item (one `done` event, one completion record), and in
      Redis attempts = preemptions + lost + failures + 1 with failures = 0.
 The status command's --json counts must equal the ground truth: the items this test
@@ -31,7 +34,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,10 +141,10 @@ def node_loss(w: Worker) -> None:
             os.killpg(g, signal.SIGKILL)
 
 
-def parse_log(path: Path) -> list[tuple[str, int, int]]:
+def parse_log(lines: list[str]) -> list[tuple[str, int, int]]:
     """(kind, attempt, step) in file order; step = resume point for `start`, 0 for term/end."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         kind, *nums = line.split()
         if kind in ("exec", "ckpt"):
             out.append((kind, int(nums[1]), int(nums[0])))
@@ -150,6 +153,55 @@ def parse_log(path: Path) -> list[tuple[str, int, int]]:
         else:
             out.append((kind, int(nums[0]), 0))
     return out
+
+
+@dataclass
+class LogCheck:
+    last_attempt: int
+    resumed: int  # attempts that started from a checkpoint > 0
+    redone: int  # steps run a second time (after a kill mid-step)
+
+
+def check_item_log(
+    log: list[tuple[str, int, int]], n_steps: int, outcomes: Mapping[int, list[str]]
+) -> LogCheck:
+    """Invariants 1-4 of the module docstring for one item's command log.
+
+    The checkpoint is what the next attempt reads (`start A D`); a `ckpt` line is written
+    after the rename, so a kill between the two leaves a durable step without its line.
+    """
+    where = f"log {log}"
+    order = [a for _, a, _ in log]
+    assert order == sorted(order), f"attempts overlapped: {where}"  # (1)
+    attempts = sorted(set(order))
+    lines = {a: [(kind, k) for kind, aa, k in log if aa == a] for a in attempts}
+    for a in attempts:
+        assert lines[a][0][0] == "start" and [k for k, _ in lines[a]].count("start") == 1, where
+    starts = [lines[a][0][1] for a in attempts]
+    durable_after = [*starts[1:], n_steps]  # what the next attempt found (the last: all)
+    resumed = redone = 0
+    durable = 0
+    for a, d, after in zip(attempts, starts, durable_after, strict=True):
+        assert d == durable, f"attempt {a} did not resume from the checkpoint: {where}"  # (2)
+        assert after >= d, where
+        resumed += d > 0
+        execs = [k for kind, k in lines[a] if kind == "exec"]
+        assert execs == list(range(d + 1, d + 1 + len(execs))), where
+        assert len(execs) >= after - d, f"attempt {a}: a step became durable unrun: {where}"
+        lost_steps = execs[after - d :]  # ran, never made durable: the next attempt redoes it
+        ckpts = [k for kind, k in lines[a] if kind == "ckpt"]
+        assert max(ckpts, default=d) <= after, f"next attempt did not resume: {where}"  # (2)
+        assert set(range(d + 1, after)) <= set(ckpts), where
+        if lost_steps:  # (4)
+            assert len(lost_steps) == 1, f"attempt {a} lost more than its last step: {where}"
+            assert outcomes[a] == ["lost"], f"attempt {a} {outcomes[a]}: {where}"
+            redone += 1
+        if ("term", 0) in lines[a]:
+            assert outcomes[a] == ["preempted"] and not lost_steps, where
+        durable = after
+    assert ("end", 0) in lines[attempts[-1]], where
+    assert outcomes[attempts[-1]] == ["done"], where
+    return LogCheck(attempts[-1], resumed, redone)  # (3): durable steps partition 1..N
 
 
 def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_path: Path) -> None:
@@ -271,11 +323,11 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
                     w.hit, stats.sigterms = "term", stats.sigterms + 1
                 next_chaos = now + rng.uniform(0.1, 0.5)
         while len(live) < WORKERS:
-            c = pick_class(by_cls, now)
-            if c is None:
+            chosen = pick_class(by_cls, now)
+            if chosen is None:
                 break
-            spawn(c)
-            by_cls[c]["spawned"] += 1
+            spawn(chosen)
+            by_cls[chosen]["spawned"] += 1
         time.sleep(0.05)
     elapsed = time.monotonic() - t0
     for w in live:  # the rest see an empty queue and exit 0
@@ -306,10 +358,10 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
     # ------------------------------------------------------------ per item invariants
     resumed = redone = preempted_attempts = lost_attempts = 0
     for item_id, n_steps in steps.items():
-        it = q.get(item_id)
-        assert it is not None and it.state == "done", (item_id, it)
-        attempts = range(1, it.attempts + 1)
-        ends = [outcome[(item_id, a)][0] for a in attempts]
+        item = q.get(item_id)
+        assert item is not None and item.state == "done", (item_id, item)
+        it = item
+        ends = [outcome[(item_id, a)][0] for a in range(1, it.attempts + 1)]
         assert ends.count("done") == 1 and ends[-1] == "done", (item_id, ends)
         assert q.completion(item_id)["attempt"] == str(it.attempts)
         assert it.failures == 0 and "failed" not in ends
@@ -318,28 +370,12 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
         preempted_attempts += it.preemptions
         lost_attempts += it.lost
 
-        log = parse_log(root / cls_of[item_id] / item_id / "log")
-        order = [a for _, a, _ in log]
-        assert order == sorted(order), f"{item_id}: attempts overlapped: {log}"  # (1)
-        ckpts = [k for kind, _, k in log if kind == "ckpt"]
-        assert sorted(ckpts) == list(range(1, n_steps + 1)), f"{item_id}: {log}"  # (3)
-        best = 0
-        for a in sorted(set(order)):
-            mine = [(kind, k) for kind, aa, k in log if aa == a]
-            assert mine[0] == ("start", best), f"{item_id} attempt {a}: {log}"  # (2)
-            if best > 0:
-                resumed += 1
-            execs = [k for kind, k in mine if kind == "exec"]
-            done_here = [k for kind, k in mine if kind == "ckpt"]
-            unchecked = [k for k in execs if k not in done_here]
-            if unchecked:  # (4)
-                assert unchecked == [execs[-1]], f"{item_id} attempt {a}: {log}"
-                assert outcome[(item_id, a)] == ["lost"], f"{item_id} attempt {a}: {log}"
-                redone += 1
-            if ("term", 0) in mine:
-                assert outcome[(item_id, a)] == ["preempted"] and not unchecked
-            best = max([best, *done_here])
-        assert ("end", 0) in [(kind, k) for kind, aa, k in log if aa == it.attempts]
+        log = parse_log((root / cls_of[item_id] / item_id / "log").read_text().splitlines())
+        ends_of = {a: outcome[(item_id, a)] for a in range(1, it.attempts + 1)}
+        r = check_item_log(log, n_steps, ends_of)
+        assert r.last_attempt == it.attempts, (item_id, log)
+        resumed += r.resumed
+        redone += r.redone
 
     # ------------------------------------------------------------ status --json vs truth
     p = subprocess.run(
@@ -354,7 +390,7 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
     doc = json.loads(p.stdout)
     for c in CLASSES:
         got = doc["classes"][c]
-        mine = [i for i in steps if cls_of[i] == c]
+        of_class = [i for i in steps if cls_of[i] == c]
         want_pre = sum(outcome[k].count("preempted") for k in outcome if cls_of[k[0]] == c)
         want_lost = sum(outcome[k].count("lost") for k in outcome if cls_of[k[0]] == c)
         assert got == got | {
@@ -362,11 +398,11 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
             "requeued": 0, "dead": 0, "cancelled": 0, "failures": 0,
             "preemptions": want_pre, "lost": want_lost,
         }, (c, got)  # fmt: skip
-        assert len(mine) == submitted[c]
+        assert len(of_class) == submitted[c]
     assert sorted(i["id"] for i in doc["items"]) == sorted(steps)
     for i in doc["items"]:
-        attempts = sum(1 for k in takes if k[0] == i["id"])
-        assert (i["state"], i["attempts"]) == ("done", attempts)
+        taken = sum(1 for k in takes if k[0] == i["id"])
+        assert (i["state"], i["attempts"]) == ("done", taken)
     for c in CLASSES:
         assert q.live_leases(c) == 0 and q.queued_ids(c) == [] and q.dead_letters(c) == []
 
@@ -383,3 +419,45 @@ def test_chaos_every_item_completes_exactly_once(redis_server: RedisServer, tmp_
     assert stats.node_losses == NODE_LOSSES and stats.sigterms == SIGTERMS
     assert restarted and preempted_attempts > 0 and lost_attempts > 0 and resumed > 0
     client.close()
+
+
+# Logs as the command writes them; outcomes as Redis records them.
+_RUN5 = "start 1 0|exec 1 1|ckpt 1 1|term 1|start 2 1|exec 2 2|ckpt 2 2|exec 3 2|start 3 3|"
+_RUN5 += "exec 4 3|ckpt 4 3|exec 5 3|ckpt 5 3|end 3"
+
+
+@pytest.mark.parametrize(
+    ("text", "n", "ends", "want"),
+    [
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|exec 2 1|ckpt 2 1|end 1", 2, "done", (0, 0),
+                     id="clean-run"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|term 1|start 2 1|exec 2 2|ckpt 2 2|end 2", 2,
+                     "preempted done", (1, 0), id="preempted-and-resumed"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|exec 2 1|start 2 1|exec 2 2|ckpt 2 2|end 2", 2,
+                     "lost done", (1, 1), id="killed-mid-step-redoes-that-step"),
+        pytest.param(_RUN5, 5, "preempted lost done", (2, 0),
+                     id="killed-after-rename-before-ckpt-line-redoes-nothing"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|exec 2 1|start 3 1|exec 2 3|ckpt 2 3|end 3", 2,
+                     "lost lost done", (1, 1), id="attempt-leased-and-lost-before-it-logged"),
+        pytest.param("start 1 0|exec 1 1|start 2 0|ckpt 1 1|exec 1 2|ckpt 1 2|end 2", 1,
+                     "lost done", "overlapped", id="bad-attempts-overlap"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|term 1|start 2 0|exec 1 2|ckpt 1 2|end 2", 1,
+                     "preempted done", "did not resume", id="bad-restart-from-scratch"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|exec 2 1|term 1|start 2 1|exec 2 2|ckpt 2 2|"
+                     "end 2", 2, "preempted done", "preempted", id="bad-sigterm-left-work-undone"),
+        pytest.param("start 1 0|exec 1 1|exec 2 1|start 2 0|exec 1 2|exec 2 2|ckpt 1 2|"
+                     "ckpt 2 2|end 2", 2, "lost done", "lost more than", id="bad-two-steps-lost"),
+        pytest.param("start 1 0|exec 1 1|ckpt 1 1|exec 2 1|start 2 1|exec 2 2|ckpt 2 2|end 2", 2,
+                     "preempted done", "preempted", id="bad-step-lost-without-a-kill"),
+    ],
+)  # fmt: skip
+def test_log_checker(text: str, n: int, ends: str, want: tuple[int, int] | str) -> None:
+    """The invariant checker itself: accepts what chaos may do, rejects what must not happen."""
+    log = parse_log(text.split("|"))
+    outcomes = {a + 1: [e] for a, e in enumerate(ends.split())}
+    if isinstance(want, tuple):
+        r = check_item_log(log, n, outcomes)
+        assert (r.resumed, r.redone) == want
+    else:
+        with pytest.raises(AssertionError, match=want):
+            check_item_log(log, n, outcomes)

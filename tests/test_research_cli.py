@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -44,10 +45,12 @@ def cli(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def fingerprint(server: RedisServer) -> dict[bytes, bytes | None]:
+def fingerprint(server: RedisServer) -> dict[Any, Any]:
+    """Every key with its DUMP (type, value, encoding): equal = Redis unchanged."""
     raw = redis.Redis(host="127.0.0.1", port=server.port, password=PASSWORD)
     try:
-        return {k: raw.dump(k) for k in sorted(raw.keys("*"))}  # type: ignore[union-attr]
+        keys: Any = raw.keys("*")
+        return {k: raw.dump(k) for k in sorted(keys)}
     finally:
         raw.close()
 

@@ -412,7 +412,8 @@ def _issue(
 
 
 class FakeScaler(pb_grpc.ExternalScalerServicer):
-    """GetMetrics like the real scaler's research trigger: `slots` per class, or an error."""
+    """GetMetrics like the real scaler's research trigger: `slots` per class, or an error.
+    (The other three methods keep the generated UNIMPLEMENTED answers.)"""
 
     def __init__(self) -> None:
         self.slots: dict[str, int] = {}
@@ -456,7 +457,7 @@ async def scaler_server(tmp_path: Path) -> AsyncIterator[ScalerServer]:
     for k, v in files.items():
         (tmp_path / f"{k}.pem").write_bytes(v)
         paths[k] = str(tmp_path / f"{k}.pem")
-    servicer = FakeScaler()
+    servicer = FakeScaler()  # type: ignore[abstract]  # only GetMetrics is used
     server = grpc.aio.server()
     pb_grpc.add_ExternalScalerServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
