@@ -1,11 +1,15 @@
 # gpu-pool-scaler image: KEDA external scaler for a shared GPU pool.
 # Build: docker build -t gpu-pool-scaler:$(git describe --tags --always) .
+# The image is the server only; `--build-arg EXTRAS=sim` adds the simulator (numpy,
+# matplotlib, rich) so that `gpu-pool-scaler demo` runs in it too.
 # The Helm chart runs it as `gpu-pool-scaler serve --config /etc/gpu-pool-scaler/config.yaml`
 # with a read-only root filesystem as uid/gid 10001 (charts/gpu-pool-scaler/values.yaml).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG EXTRAS=""
 
 # ---- build: a self-contained venv with the package and its pinned-range deps ----------
 FROM ${PYTHON_IMAGE} AS build
+ARG EXTRAS
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -16,7 +20,9 @@ WORKDIR /src
 # working in a tree without it.
 COPY pyproject.toml README.md* ./
 COPY scaler ./scaler
-RUN pip install --no-compile . \
+# The package is this source tree (".", optionally with extras): nothing to pin here.
+# hadolint ignore=DL3013
+RUN pip install --no-compile ".${EXTRAS:+[${EXTRAS}]}" \
     # Bytecode now: the runtime root filesystem is read-only, so it could not be cached later.
  && python -m compileall -q -j 0 /opt/venv/lib \
  && pip uninstall -y pip setuptools wheel

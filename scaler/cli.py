@@ -52,7 +52,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from scaler.demo import main as demo_main
+    try:
+        from scaler.demo import main as demo_main
+    except ImportError as e:  # the simulator's libraries are an extra, not the server's
+        print(
+            f"gpu-pool-scaler demo needs the simulator extra ({e.name} is missing): "
+            "pip install 'gpu-pool-scaler[sim]'",
+            file=sys.stderr,
+        )
+        return 2
 
     return demo_main(args.demo_args)
 

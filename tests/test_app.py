@@ -377,3 +377,19 @@ def test_sigkill_of_the_server_leaves_no_orphans(
     for c in left:  # do not leak them from the test either
         os.kill(c, signal.SIGKILL)
     assert not left, f"orphans still running 10 s after SIGKILL: {left}"
+
+
+def test_demo_without_the_sim_extra_says_what_to_install(tmp_path: Path) -> None:
+    """The server installs without numpy; `demo` then fails with one clear line, exit 2."""
+    blocker = tmp_path / "sitecustomize.py"  # makes numpy unimportable in the child only
+    blocker.write_text("import sys\nsys.modules['numpy'] = None\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "scaler", "demo", "--no-live", "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'gpu-pool-scaler[sim]'" in proc.stderr and "numpy" in proc.stderr
