@@ -317,22 +317,24 @@ class Worker:
                 log.warning("take answered %r; trying again", res.status, extra=self._extra)
                 continue
             self.items_taken += 1
-            self._work(res.lease)
+            self._work(res.lease, slots)
             if self.stop_signal is not None:
                 return self._stop_code()
 
-    def _work(self, lease: Lease) -> None:
+    def _work(self, lease: Lease, slots: int | None) -> None:
         item = lease.item
         extra = {**self._extra, "fields": {"item": item.id, "attempt": item.attempts}}
         ckdir = checkpoint_dir_for(self.opts.checkpoint_root, self.opts.research_class, item.id)
         log.info(
-            "took item %s attempt %d (failures %d/%d, preemptions %d, lost %d), checkpoint dir %s",
+            "took item %s attempt %d (failures %d/%d, preemptions %d, lost %d; class slots %s), "
+            "checkpoint dir %s",
             item.id,
             item.attempts,
             item.failures,
             item.max_attempts,
             item.preemptions,
             item.lost,
+            "unchecked" if slots is None else slots,
             ckdir,
             extra=extra,
         )
