@@ -395,11 +395,7 @@ def kwok_config(path: Path, pod_stages: str) -> None:
     import yaml
 
     kdir = module_dir("kwok", "sigs.k8s.io/kwok")
-    docs: list[dict] = [{
-        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
-        "kind": "KwokConfiguration",
-        "options": {"cidr": POD_CIDR, "nodeIP": NODE_IP},
-    }]
+    docs: list[dict] = []  # options come as flags (--cidr, --node-ip, ...)
     sources = [
         kdir / "kustomize/stage/node/fast/node-initialize.yaml",
         kdir / "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -409,7 +405,16 @@ def kwok_config(path: Path, pod_stages: str) -> None:
     sources += [pod_dir / r for r in kust["resources"]]
     for src in sources:
         docs.extend(d for d in yaml.safe_load_all(src.read_text()) if d)
-    path.write_text(yaml.safe_dump_all(docs))
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def text(dumper, data):  # keep the Go templates readable as literal blocks
+        style = "|" if "\n" in data else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+    Dumper.add_representer(str, text)
+    path.write_text(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))
 
 
 def api_client(kubeconfig: Path):
