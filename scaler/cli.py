@@ -1,4 +1,4 @@
-"""Command line: `gpu-pool-scaler serve|explain|demo`."""
+"""Command line: `gpu-pool-scaler serve|explain|demo|research`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 from scaler.config import ConfigError, load_config
 from scaler.logs import setup_logging
+from scaler.research.cli import add_subcommands as add_research_subcommands
 
 log = logging.getLogger("scaler.cli")
 
@@ -87,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("demo_args", nargs=argparse.REMAINDER)
     demo.set_defaults(func=_cmd_demo, log_format="text", log_level="INFO")
+    research = sub.add_parser(
+        "research", help="research work queue: submit, status, cancel, classes (Redis)"
+    )
+    add_research_subcommands(research.add_subparsers(dest="research_command", required=True))
     return parser
 
 

