@@ -21,12 +21,13 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.core.exposition import read_sample
 from scaler.core.load import EngineSample
-from scaler.demo.cluster import DemoCluster, RepState
+from scaler.demo.cluster import DemoCluster
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
 from scaler.demo.run import run
 from scaler.demo.scenario import parse_args
 from scaler.sim.kube import JobState, ResearchClassSpec
+from scaler.sim.pods import RepState
 
 REPO = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -38,6 +39,15 @@ CLASSES = {
     "finetune": ResearchClassSpec("finetune", 4, median_hours=100.0, sigma=0.0, checkpoint_s=600.0),
 }
 GRACE_S, COLD_S, STARTUP_S = 60.0, 100.0, 10.0
+
+
+def idle(row: int) -> bool:
+    """Every draining replica process has finished its requests."""
+    return True
+
+
+def busy(row: int) -> bool:
+    return False
 
 
 def make_cluster(pool_gpus: int = 16) -> DemoCluster:
@@ -72,20 +82,20 @@ def test_scale_up_preempts_research_which_is_recreated_not_lost(
     c = make_cluster()
     assert len(c.start_with(1, 0.0)) == 1
     assert c.scaled_job_poll(research_class, float(jobs), 0.0) == jobs
-    c.step(0.0, 10.0)
+    c.step(0.0, 10.0, idle)
     assert c.jobs_in(JobState.RUNNING) == jobs
 
     c.hpa_sync(2.0, 1.0, 20.0, why="GetMetrics=2")  # the HPA: 2 replicas
-    c.step(20.0, 10.0)
+    c.step(20.0, 10.0, idle)
     assert c.preemptions == want_preempted
     assert c.jobs_in(JobState.EVICTED) == want_preempted
     if want_preempted:  # victims keep their GPUs for the grace period; the replica waits
         assert c.count(RepState.PENDING) == 1
-        c.step(30.0, 40.0)
+        c.step(30.0, 40.0, idle)
         assert c.count(RepState.PENDING) == 1, "bound before the grace period ended"
-        c.step(70.0, 20.0)
+        c.step(70.0, 20.0, idle)
     assert c.count(RepState.PENDING) == 0 and c.count(RepState.LOADING) == 1
-    ready = c.step(90.0, COLD_S + 50.0)
+    ready = c.step(90.0, COLD_S + 50.0, idle).ready
     assert len(ready) == 1 and c.count(RepState.READY) == 2
     # Preempted Jobs are pending again (pod re-created), never deleted.
     assert c.unfinished(research_class) == jobs
@@ -120,9 +130,9 @@ def test_hpa_follows_the_metric_with_the_charts_behavior(
     assert c.spec_replicas == want
     # A scale-down drains the newest Ready replicas; their GPUs stay held until `gone`.
     assert len(draining) == max(0, start - want)
+    assert c.step(100.0, 1.0, busy).gone == []  # still serving: their GPUs stay held
     held = c.inference_gpus()
-    for rep in draining:
-        c.gone(rep, 101.0)
+    assert c.step(101.0, 1.0, idle).gone == draining  # their processes exited
     assert c.inference_gpus() == held - 4 * len(draining)
 
 
@@ -130,9 +140,9 @@ def test_preempted_job_loses_only_work_since_its_last_checkpoint() -> None:
     c = make_cluster(pool_gpus=8)
     c.start_with(1, 0.0)
     c.scaled_job_poll("finetune", 1.0, 0.0)
-    c.step(0.0, 1.0)  # bound at 1 s, useful work from 11 s
+    c.step(0.0, 1.0, idle)  # bound at 1 s, useful work from 11 s
     c.hpa_sync(2.0, 1.0, 1000.0, why="test")
-    c.step(1000.0, 1.0)  # preempted at 1001 s: 990 s of work, one 600 s checkpoint kept
+    c.step(1000.0, 1.0, idle)  # preempted at 1001 s: 990 s of work, one 600 s checkpoint kept
     assert c.preemptions == 1
     assert c.ledger.lost_gpu_s == pytest.approx(4 * 390.0)
 

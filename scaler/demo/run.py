@@ -36,7 +36,6 @@ from rich.live import Live
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
-from scaler.demo.cluster import InfReplica, RepState
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
 from scaler.demo.report import scaler_grpc_requests, summarize, write_outputs
@@ -56,6 +55,7 @@ from scaler.demo.scenario import (
 from scaler.demo.view import ClassRow, Frame, plain_line, render, summary_table
 from scaler.demo.world import World
 from scaler.sim.kube import JobState
+from scaler.sim.pods import InfReplica, RepState
 
 TICK_S = 0.05  # real seconds between simulation advances
 # At most this much simulation work at once: scrapes of the replicas' /metrics are served
@@ -111,9 +111,10 @@ class Actuator:
     (see keda.Actuator). A scale-down's draining replicas leave the target list at once,
     as a terminating pod leaves its Service's endpoints."""
 
-    def __init__(self, world: World, config: ConfigFile) -> None:
+    def __init__(self, world: World, config: ConfigFile, servers: dict[int, EngineServer]) -> None:
         self._world = world
         self._config = config
+        self._servers = servers
 
     def hpa(self, service: str, value: float, target: float, *, why: str) -> None:
         w = self._world
@@ -121,8 +122,9 @@ class Actuator:
         draining = w.cluster.hpa_sync(value, target, w.now, why=why)
         w.drain(draining)
         for rep in draining:
-            if rep.address in self._config.targets:
-                self._config.targets.remove(rep.address)
+            server = self._servers.get(rep.uid)
+            if server is not None and server.address in self._config.targets:
+                self._config.targets.remove(server.address)
                 self._config.dirty = True
 
     def scaled_job(self, research_class: str, metric: float) -> None:
@@ -134,7 +136,7 @@ class Demo:
     p: Params
     world: World
     config: ConfigFile
-    servers: dict[int, EngineServer]  # id(replica) -> its /metrics server
+    servers: dict[int, EngineServer]  # replica uid -> its /metrics server
     tasks: set[asyncio.Task[None]]
 
     def on_ready(self, rep: InfReplica) -> None:
@@ -143,18 +145,18 @@ class Demo:
         server = EngineServer.for_engine(
             lambda: pool.sample(row), self.world.spec.model_key, time.time()
         )
-        rep.address = server.address
-        self.servers[id(rep)] = server
+        self.servers[rep.uid] = server
         self._spawn(server.start())
         self.config.targets.append(server.address)
         self.config.dirty = True
 
     def on_gone(self, rep: InfReplica) -> None:
-        server = self.servers.pop(id(rep), None)
-        if server is not None:
-            self._spawn(server.stop())
-        if rep.address in self.config.targets:
-            self.config.targets.remove(rep.address)
+        server = self.servers.pop(rep.uid, None)
+        if server is None:
+            return
+        self._spawn(server.stop())
+        if server.address in self.config.targets:
+            self.config.targets.remove(server.address)
             self.config.dirty = True
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -242,7 +244,7 @@ async def run(p: Params, console: Console | None = None) -> dict[str, object]:
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{running.grpc_port}")
     driver = KedaDriver(
         stub=pb_grpc.ExternalScalerStub(channel),
-        actuator=Actuator(world, config),
+        actuator=Actuator(world, config, demo.servers),
         scaled_objects=[ScaledObject(f"vllm-{SERVICE}", NAMESPACE, SERVICE)],
         scaled_jobs=[
             ScaledJob(f"research-{c.name}", "research", c.name) for c in research_classes()

@@ -258,6 +258,5 @@ def build_world(p: Params) -> World:
         spec=spec,
         workload=workload,
         cluster=cluster,
-        max_rows=p.pool_gpus // p.gpus_per_replica + 1,
         slo=SloTracker(p.slo_ttft_s),
     )

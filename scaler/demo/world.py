@@ -1,6 +1,6 @@
 """The simulated pool in simulated time: requests → router → vLLM replica model, on the
 pods of the simulated cluster. Reuses the bench simulator (`scaler.sim`) for the replica
-model, the router and the workload; adds only the glue to the cluster's pod lifecycle and
+model, the router, the workload and the pod lifecycle; adds only the glue between them and
 what the demo records. Single-threaded: everything here runs on the demo's event loop.
 """
 
@@ -14,8 +14,9 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from scaler.demo.cluster import DemoCluster, InfReplica, RepState
+from scaler.demo.cluster import DemoCluster
 from scaler.sim.kube import JobState
+from scaler.sim.pods import InfReplica, RepState
 from scaler.sim.profile import ReplicaSpec
 from scaler.sim.replica import ReplicaPool, RequestLog, Router
 from scaler.sim.workload import Workload
@@ -77,7 +78,6 @@ class World:
     spec: ReplicaSpec
     workload: Workload
     cluster: DemoCluster
-    max_rows: int
     slo: SloTracker
     dt: float = 2.0
     record_s: float = 300.0
@@ -92,18 +92,15 @@ class World:
     def __post_init__(self) -> None:
         w = self.workload
         self.log = RequestLog.of(w.arrival, w.prompt, w.output)
-        self.pool = ReplicaPool(self.spec, self.max_rows, self.log)
+        self.pool = ReplicaPool(self.spec, self.cluster.pods.max_rows, self.log)
         self.router = Router()
-        self._free_rows = list(range(self.max_rows - 1, -1, -1))
         self._next_record = self.record_s
         self._recorded_arrivals = 0
 
     # ---- replica lifecycle ---------------------------------------------------------------
     def start_replica(self, rep: InfReplica) -> None:
-        """A pod became Ready: its engine starts (counters at 0) and takes requests."""
-        if not self._free_rows:
-            raise RuntimeError(f"more than {self.max_rows} replica processes at once")
-        rep.row = self._free_rows.pop()
+        """A pod became Ready (on the row the lifecycle gave it): its engine starts
+        (counters at 0) and takes requests."""
         self.pool.start(rep.row, self.now)
         if self.on_ready is not None:
             self.on_ready(rep)
@@ -115,15 +112,6 @@ class World:
             if resend:
                 self.router.route(self.pool, resend)
 
-    def _reap(self) -> None:
-        for rep in [r for r in self.cluster.replicas if r.state is RepState.DRAINING]:
-            if self.pool.idle(rep.row):
-                self.pool.stop(rep.row)
-                self._free_rows.append(rep.row)
-                self.cluster.gone(rep, self.now)
-                if self.on_gone is not None:
-                    self.on_gone(rep)
-
     # ---- time ----------------------------------------------------------------------------
     def advance(self, until: float, max_steps: int = 1_000_000) -> None:
         """Step the pool up to `until` (at most `max_steps` steps: the caller stays live)."""
@@ -133,11 +121,14 @@ class World:
             i, j = self.workload.arrivals(t, t + self.dt)
             self.router.route(self.pool, np.arange(i, j))
             self.pool.step(t, self.dt)
-            ready = self.cluster.step(t, self.dt)
+            ch = self.cluster.step(t, self.dt, self.pool.idle)
             self.now = t + self.dt
-            for rep in ready:
+            for rep in ch.gone:  # drained: its process exits
+                self.pool.stop(rep.row)
+                if self.on_gone is not None:
+                    self.on_gone(rep)
+            for rep in ch.ready:
                 self.start_replica(rep)
-            self._reap()
             if self.router.held and self.pool.serving.any():
                 self.router.route(self.pool, [])
             if self.now >= self._next_record - 1e-9:

@@ -1,37 +1,22 @@
 """One policy through one simulated pool: the time-stepped main loop.
 
-Per step (`dt`, 1 s): route the step's arrivals; Kubernetes (release GPUs of pods whose
-grace ended, schedule pending pods with preemption, replicas finishing their model load or
-their drain, research Jobs completing); the policy's control cycle every scrape interval;
-HPA sync every 15 s; KEDA's ScaledJob poll every 30 s; the Deployment controller; then
-every replica advances by `dt`.
+Per step (`dt`, 1 s): route the step's arrivals; Kubernetes (`scaler.sim.pods`, the
+lifecycle the demo runs too: release GPUs of pods whose grace ended, schedule pending pods
+with preemption, replicas finishing their model load or their drain, research Jobs
+completing); the policy's control cycle every scrape interval; HPA sync every 15 s; KEDA's
+ScaledJob poll every 30 s; the Deployment controller; then every replica advances by `dt`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 
 import numpy as np
 import numpy.typing as npt
 
-from scaler.sim.kube import (
-    INFERENCE_PRIORITY,
-    RESEARCH_PRIORITY,
-    Backlog,
-    Cluster,
-    Hpa,
-    JobState,
-    Ledger,
-    Pod,
-    ResearchClassSpec,
-    ResearchJob,
-    ScaledJobController,
-    complete_job,
-    preempt_job,
-)
+from scaler.sim.kube import Hpa, Ledger, ResearchClassSpec
+from scaler.sim.pods import Lifecycle, Pods, RepState
 from scaler.sim.policies import Policy, PoolView
 from scaler.sim.profile import ReplicaSpec
 from scaler.sim.replica import ReplicaPool, RequestLog, Router
@@ -51,21 +36,17 @@ class PoolTiming:
     research_startup_s: float = 60.0  # image pull, start, load data/checkpoint: not useful
     record_every_s: float = 60.0
 
-
-class RepState(Enum):
-    PENDING = "pending"
-    LOADING = "loading"
-    READY = "ready"
-    DRAINING = "draining"
-
-
-@dataclass(eq=False)
-class InfReplica:
-    pod: Pod
-    created: float
-    state: RepState = RepState.PENDING
-    ready_at: float = math.inf
-    row: int = -1
+    def lifecycle(self, gpus_per_replica: int, cold_start_s: float) -> Lifecycle:
+        """A pod checkpointing on SIGTERM holds its GPUs until it is written, else for the
+        grace period."""
+        ck = self.research_sigterm_checkpoint_s
+        return Lifecycle(
+            gpus_per_replica=gpus_per_replica,
+            cold_start_s=cold_start_s,
+            research_startup_s=self.research_startup_s,
+            research_hold_s=self.research_grace_s if ck is None else ck,
+            checkpoint_on_sigterm=ck is not None,
+        )
 
 
 @dataclass
@@ -113,73 +94,40 @@ def simulate_policy(
     """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure [0, t_end)."""
     tm = timing or PoolTiming()
     svc = policy.cfg.inference[0]
-    gpr = svc.gpusPerReplica
-    max_rows = pool_gpus // gpr
+    pods = Pods(
+        pool_gpus=pool_gpus,
+        gpus_per_node=gpus_per_node,
+        lifecycle=tm.lifecycle(svc.gpusPerReplica, spec.cold_start_s),
+        classes=classes,
+        seed=seed,
+        ledger=Ledger(0.0, t_end),
+    )
+    held = pods.cluster.held
     log = RequestLog.of(workload.arrival, workload.prompt, workload.output)
-    pool = ReplicaPool(spec, max_rows, log)
+    pool = ReplicaPool(spec, pods.max_rows, log)
     router = Router()
-    cluster = Cluster(pool_gpus, gpus_per_node)
-    ledger = Ledger(0.0, t_end)
-    backlog = Backlog(classes, seed)
-    sj = {c.name: ScaledJobController(c.name, c.max_jobs) for c in classes}
     hpa = Hpa(svc.minReplicas, svc.maxReplicas, policy.behavior)
-    replicas: list[InfReplica] = []
-    free_rows = list(range(max_rows))
     series = Series()
     spec_replicas = initial_replicas
     changes = 0
     inf_gpu_s = 0.0
     res_gpu_s = 0.0
-    busy_prev = np.zeros(max_rows)
+    busy_prev = np.zeros(pods.max_rows)
     last_arrival_idx = workload.arrivals(t_start, t_start)[0]
-    running_jobs: list[ResearchJob] = []
-
-    def new_replica(now: float) -> None:
-        pod = Pod("inference", gpr, INFERENCE_PRIORITY, now)
-        rep = InfReplica(pod, now)
-        pod.owner = rep
-        replicas.append(rep)
-        cluster.submit(pod)
-
-    def reconcile(now: float) -> None:
-        alive = [r for r in replicas if r.state is not RepState.DRAINING]
-        for _ in range(spec_replicas - len(alive)):
-            new_replica(now)
-        extra = len(alive) - spec_replicas
-        if extra <= 0:
-            return
-        rank = {RepState.PENDING: 0, RepState.LOADING: 1, RepState.READY: 2}
-        # ReplicaSet deletion order: unscheduled, then not ready, then ready; newest first.
-        victims = sorted(alive, key=lambda r: (rank[r.state], -r.created))[:extra]
-        for r in victims:
-            if r.state is RepState.PENDING or r.state is RepState.LOADING:
-                cluster.delete(r.pod, now)
-                replicas.remove(r)
-            else:
-                r.state = RepState.DRAINING
-                router.route(pool, pool.drain(r.row))
 
     def view(now: float) -> PoolView:
-        ready = [r for r in replicas if r.state is RepState.READY]
+        ready = [r for r in pods.replicas if r.state is RepState.READY]
         samples = {r.row: pool.sample(r.row) for r in ready}
         busy = {}
         for r in ready:
             b = pool.busy_s[r.row]
             busy[r.row] = min(1.0, max(0.0, (b - busy_prev[r.row]) / tm.scrape_interval_s))
             busy_prev[r.row] = b
-        starting = sum(1 for r in replicas if r.state in (RepState.PENDING, RepState.LOADING))
+        starting = pods.count(RepState.PENDING) + pods.count(RepState.LOADING)
         return PoolView(now, samples, busy, starting, spec_replicas, len(ready) + starting)
 
-    for _ in range(initial_replicas):  # warm start: replicas already serving
-        new_replica(t_start)
-    sigterm = tm.research_sigterm_checkpoint_s
-    victim_hold_s = tm.research_grace_s if sigterm is None else sigterm
-    cluster.schedule(t_start, victim_hold_s)
-    for r in replicas:
-        if r.pod.phase.value == "bound":
-            r.state = RepState.READY
-            r.row = free_rows.pop(0)
-            pool.start(r.row, t_start)
+    for r in pods.start_ready(initial_replicas, t_start):  # warm start: already serving
+        pool.start(r.row, t_start)
 
     steps = round((t_end - t_start) / tm.dt_s)
     every = {
@@ -200,55 +148,14 @@ def simulate_policy(
             rec_arrivals += j - last_arrival_idx
             last_arrival_idx = j
 
-        # Kubernetes: GPUs of finished terminations, scheduling (with preemption).
-        for pod in cluster.release_due(now):
-            if pod.kind == "research":
-                job = pod.owner
-                assert isinstance(job, ResearchJob)
-                if job.state is JobState.EVICTED:  # Job controller re-creates the pod
-                    job.state = JobState.PENDING
-                    job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
-                    cluster.submit(job.pod)
-        if cluster.pending:
-            bound, evicted = cluster.schedule(now, victim_hold_s)
-            for pod in bound:
-                if pod.kind == "inference":
-                    rep = pod.owner
-                    assert isinstance(rep, InfReplica)
-                    rep.state = RepState.LOADING
-                    rep.ready_at = now + spec.cold_start_s
-                else:
-                    job = pod.owner
-                    assert isinstance(job, ResearchJob)
-                    job.state = JobState.RUNNING
-                    job.run_from = now + tm.research_startup_s
-                    running_jobs.append(job)
-            for e in evicted:
-                job = e.victim.owner
-                assert isinstance(job, ResearchJob)
-                preempt_job(job, now, ledger, checkpoint_on_sigterm=sigterm is not None)
-                running_jobs.remove(job)
-        for r in replicas:
-            if r.state is RepState.LOADING and now >= r.ready_at:
-                r.state = RepState.READY
-                r.row = free_rows.pop(0)
-                free_rows.sort()
-                pool.start(r.row, now)
-            elif r.state is RepState.DRAINING and pool.idle(r.row):
-                pool.stop(r.row)
-                free_rows.append(r.row)
-                free_rows.sort()
-                cluster.delete(r.pod, now)
-                r.state = RepState.PENDING  # marker; removed below
-                r.row = -2
-        replicas[:] = [r for r in replicas if r.row != -2]
+        # Kubernetes: pods' lifecycle (scheduling with preemption, cold starts, drains, Jobs).
+        ch = pods.step(now, pool.idle)
+        for r in ch.gone:
+            pool.stop(r.row)
+        for r in ch.ready:
+            pool.start(r.row, now)
         if router.held and pool.serving.any():
             router.route(pool, [])
-        for job in [j for j in running_jobs if j.finish_at() <= now]:
-            complete_job(job, now, ledger)
-            running_jobs.remove(job)
-            assert job.pod is not None
-            cluster.delete(job.pod, now)
 
         # Control plane.
         if k % every["ctl"] == 0:
@@ -266,34 +173,31 @@ def simulate_policy(
                     changes += abs(want - spec_replicas)
                 spec_replicas = want
         if k % every["keda"] == 0:
-            for name, ctl in sj.items():
-                ctl.forget_done()
-                for _ in range(ctl.to_create(policy.slots.get(name, 0))):
-                    job = backlog.next_job(name, now)
-                    job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
-                    ctl.jobs.append(job)
-                    cluster.submit(job.pod)
-        reconcile(now)
+            for name in pods.scaled_jobs:
+                pods.create_jobs(name, policy.slots.get(name, 0), now)
+        for r in pods.scale(spec_replicas, now):  # the Deployment controller
+            router.route(pool, pool.drain(r.row))
 
         # Every replica serves for dt.
         pool.step(now, tm.dt_s)
         if now >= 0:
-            inf_gpu_s += cluster.held["inference"] * tm.dt_s
-            res_gpu_s += cluster.held["research"] * tm.dt_s
+            inf_gpu_s += held["inference"] * tm.dt_s
+            res_gpu_s += held["research"] * tm.dt_s
         if k % every["rec"] == 0:
             series.t.append(now)
-            series.inference.append(cluster.held["inference"])
-            series.research.append(cluster.held["research"])
+            series.inference.append(held["inference"])
+            series.research.append(held["research"])
             r_now = policy.reserve_now
             series.reserve.append(policy.cfg.pool.reserveGPUs if r_now < 0 else r_now)
             series.replicas.append(spec_replicas)
-            series.ready.append(sum(1 for r in replicas if r.state is RepState.READY))
+            series.ready.append(pods.count(RepState.READY))
             series.arrivals_per_s.append(rec_arrivals / tm.record_every_s)
             rec_arrivals = 0
         if progress is not None and k % every["prog"] == 0:
             progress(k / steps)
 
-    for job in running_jobs:  # still running at the end: its progress so far counts
+    ledger = pods.ledger
+    for job in pods.running:  # still running at the end: its progress so far counts
         ledger.useful_gpu_s += job.cls.gpus * ledger.clip(job.run_from, t_end)
     m = (workload.arrival >= 0) & (workload.arrival < t_end)
     arr = workload.arrival[m]
