@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -20,6 +21,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from kubernetes.client import AutoscalingV2Api
 from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
@@ -28,6 +30,7 @@ from scaler.core import accounting
 from scaler.core.accounting import Capacity
 from scaler.ingest.capacity import NodeCapacityWatcher
 from scaler.ingest.discovery import Discovery, StaticDiscovery
+from scaler.ingest.hpa import KEDA_HPA_SELECTOR, HpaChecker, ignored_by_tolerance
 from scaler.ingest.kube import make_api_client
 from scaler.ingest.scrape import Scraper, ScraperFollowingConfig, make_client
 from scaler.ingest.scrape_worker import ProcessScraper
@@ -99,6 +102,8 @@ class Scaler:
         self._kube_client: Any = None
         self._node_capacity: NodeCapacityWatcher | None = None
         self._node_capacity_key: tuple[object, ...] | None = None
+        self._hpa: HpaChecker | None = None
+        self._hpa_period = 0.0
         # A gap longer than a few cycles is not counted as lent (we do not know it was).
         self.harvest = accounting.HarvestMeter(
             max_interval_seconds=max(60.0, 3 * config.scrape.intervalSeconds)
@@ -272,7 +277,9 @@ class Scaler:
             first.set_result(None)
             stop = asyncio.Event()  # never set: shutdown cancels the task
             await asyncio.gather(
-                self._run_loop(stop), self.holder.watch(stop, self.options.reload_seconds)
+                self._run_loop(stop),
+                self.holder.watch(stop, self.options.reload_seconds),
+                self._hpa_watch(stop),
             )
         except asyncio.CancelledError:
             pass  # shutdown
@@ -292,6 +299,64 @@ class Scaler:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), cfg.scrape.intervalSeconds)
         await self.loop.run(stop)
+
+    # -- HPA read-back (a diagnostic: never changes a decision) --------------------------
+    def _hpa_enabled(self, cfg: Config) -> bool:
+        mode = cfg.server.hpaCheck
+        if mode != "auto":
+            return mode == "on"
+        uses_kube = any(s.targets.kubernetes is not None for s in cfg.inference)
+        return uses_kube or cfg.pool.capacity.nodes is not None
+
+    def _hpa_checker_for(self, cfg: Config) -> HpaChecker:
+        period = cfg.server.hpaCheckSeconds
+        if self._hpa is None or self._hpa_period != period:
+            api = AutoscalingV2Api(self._kube())
+
+            def list_hpas(namespace: str) -> list[Any]:
+                # Raw JSON (no model objects), as the reflectors read their lists.
+                resp: Any = api.list_namespaced_horizontal_pod_autoscaler(
+                    namespace,
+                    label_selector=KEDA_HPA_SELECTOR,
+                    _preload_content=False,
+                    _request_timeout=10,
+                )
+                try:
+                    return list(json.loads(resp.data).get("items") or [])
+                finally:
+                    resp.release_conn()
+
+            self._hpa, self._hpa_period = HpaChecker(list_hpas, period_s=period), period
+        return self._hpa
+
+    async def _hpa_watch(self, stop: asyncio.Event) -> None:
+        """Now and then, read back the HPAs KEDA built and warn (log + metric) while their
+        tolerance swallows our answers (scaler/ingest/hpa.py)."""
+        streak: dict[str, int] = {}  # service -> consecutive reads that found it ignored
+        while not stop.is_set():
+            cfg, _ = self.holder.current()
+            if self._hpa_enabled(cfg):
+                checker = self._hpa_checker_for(cfg)
+                namespaces = {s.namespace for s in cfg.inference}
+                if await asyncio.to_thread(checker.poll, namespaces):
+                    self._report_hpas(checker, streak)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+    def _report_hpas(self, checker: HpaChecker, streak: dict[str, int]) -> None:
+        decision = self.snapshots.latest()
+        self.metrics.hpa_ignoring.clear()
+        self.metrics.hpa_tolerance.clear()
+        for service, view in checker.views.items():
+            self.metrics.hpa_tolerance.labels(service, "up").set(view.tolerance_up)
+            self.metrics.hpa_tolerance.labels(service, "down").set(view.tolerance_down)
+            ours = decision.services.get(service)
+            why = ignored_by_tolerance(ours.desired if ours else None, view)
+            streak[service] = streak.get(service, 0) + 1 if why else 0
+            # Twice in a row: the HPA has had at least one sync period to follow us.
+            self.metrics.hpa_ignoring.labels(service).set(1 if streak[service] >= 2 else 0)
+            if streak[service] == 2:
+                log.warning("%s", why, extra={"service": service, "namespace": view.namespace})
 
     def _stop_control(self) -> None:
         loop, task = self._control_loop, self._control_task

@@ -62,6 +62,11 @@ class ServerConfig(_Model):
     listenAddress: str = "0.0.0.0"
     grpcPort: Port = 50051  # KEDA-facing ExternalScaler (+ grpc.health.v1)
     metricsPort: Port = 8080  # own /metrics, /healthz, /readyz
+    # Read back the HPAs KEDA builds from our ScaledObjects and warn when their tolerance
+    # swallows our answers (docs/operations.md). auto: when the config already talks to
+    # Kubernetes (kubernetes targets or node capacity); needs get/list on HPAs.
+    hpaCheck: Literal["auto", "on", "off"] = "auto"
+    hpaCheckSeconds: Annotated[float, Field(ge=5)] = 60.0
 
     @field_validator("listenAddress")
     @classmethod
@@ -75,6 +80,36 @@ class ServerConfig(_Model):
             ) from None
 
     tls: TLSConfig | None = None  # absent → plaintext gRPC
+    # Policy memory (stabilization windows, learned batch/capacity, forecast history) is
+    # written here and restored on start, so a restart or rolling update keeps it. Absent →
+    # kept in memory only. `stateFile`: a local file (written atomically). `stateConfigMap`:
+    # "namespace/name" of a ConfigMap the scaler may get/create/update (chart RBAC).
+    stateFile: str | None = None
+    stateConfigMap: str | None = None
+    stateWriteSeconds: Annotated[float, Field(ge=1)] = 60.0  # at most one write per this long
+
+    @field_validator("stateConfigMap")
+    @classmethod
+    def _configmap(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        ns, sep, name = v.partition("/")
+        if (
+            not sep
+            or not _DNS_RE.match(ns)
+            or not re.match(r"^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$", name)
+        ):
+            raise ValueError(
+                "must be namespace/name of a ConfigMap, e.g. gpu-pool/gpu-pool-scaler-state "
+                f"(got {v!r})"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _one_state_store(self) -> ServerConfig:
+        if self.stateFile is not None and self.stateConfigMap is not None:
+            raise ValueError("set at most one of 'stateFile' (local) or 'stateConfigMap' (cluster)")
+        return self
 
 
 class NodeCapacity(_Model):
@@ -116,11 +151,44 @@ class AdaptiveReserve(_Model):
     maxGPUs: Annotated[int, Field(ge=0)] = 16  # cap on the adaptive part
 
 
+class Forecast(_Model):
+    """Forecast-aware decisions from a per-service history of needed replicas by time of week.
+
+    The forecast may add replicas ahead of a predicted ramp and withhold GPUs from research
+    classes whose Jobs would not reach a checkpoint before inference needs them back; it never
+    lowers inference. It falls back to the reactive decision when the history is short or
+    today does not fit it (docs/policy.md, "Forecast").
+    """
+
+    enabled: bool = False
+    slotSeconds: Annotated[float, Field(ge=60, le=3600)] = 600.0  # history resolution
+    historyDays: Annotated[int, Field(ge=1, le=35)] = 21  # days of history kept (bounded)
+    minHistoryDays: Annotated[float, Field(ge=0.25, le=35)] = 1.0  # before: reactive only
+    # A new replica may wait for a research pod's grace period before it can even load the
+    # model: the chart gives research pods terminationGracePeriodSeconds 600.
+    researchGraceSeconds: Annotated[float, Field(ge=0)] = 600.0
+    # Today's last `fitHours` of observed need vs the forecast for the same slots: a mean
+    # error above `maxErrorFraction` of the forecast (and above 1 replica) = a day unlike
+    # the others, reactive only until it fits again.
+    fitHours: Annotated[float, Field(gt=0, le=24)] = 2.0
+    maxErrorFraction: Annotated[float, Field(gt=0)] = 0.35
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Forecast:
+        if self.minHistoryDays > self.historyDays:
+            raise ValueError(
+                f"minHistoryDays ({self.minHistoryDays}) exceeds historyDays "
+                f"({self.historyDays}): the forecast would never start"
+            )
+        return self
+
+
 class PoolConfig(_Model):
     name: Name  # required
     capacity: CapacityConfig
     reserveGPUs: Annotated[int, Field(ge=0)] = 0  # floor of GPUs always kept free
     adaptiveReserve: AdaptiveReserve = AdaptiveReserve()
+    forecast: Forecast = Forecast()
 
 
 class ScrapeConfig(_Model):
@@ -231,6 +299,28 @@ class ScaleDown(_Model):
     stepSeconds: Annotated[float, Field(ge=0)] = 60.0  # min time between scale-down steps
 
 
+class Slo(_Model):
+    """The latency objective of one service, measured from vLLM's histograms.
+
+    "`attainment` of the requests get their first token within `ttftSeconds`, over the last
+    `windowSeconds`". When the measured attainment falls below it, the `slo` signal asks for
+    more replicas, sized from the request rate per replica the service was learned to serve
+    at the objective; the other signals remain floors (docs/policy.md, "The SLO signal").
+    """
+
+    ttftSeconds: Annotated[float, Field(gt=0)] = 2.0  # time to first token objective (s)
+    attainment: Annotated[float, Field(gt=0, lt=1)] = 0.99  # share of requests within it (0-1)
+    windowSeconds: Annotated[float, Field(ge=30, le=3600)] = 300.0  # measured over this long
+    itlSeconds: Annotated[float, Field(gt=0)] | None = None  # inter-token latency objective (s)
+    # Fewer requests than this in the window: too few to tell the attainment apart from
+    # noise; the slo signal asks nothing and the other signals decide. 0 = 1 / (1 - attainment).
+    minRequests: Annotated[int, Field(ge=0)] = 0
+
+    @property
+    def min_requests(self) -> int:
+        return self.minRequests or max(10, round(1.0 / (1.0 - self.attainment)))
+
+
 class InferenceService(_Model):
     name: Name  # required; the ScaledObject trigger's `service` metadata
     namespace: str = "default"
@@ -244,12 +334,18 @@ class InferenceService(_Model):
     scaleUp: ScaleUp = ScaleUp()
     scaleDown: ScaleDown = ScaleDown()
     coldStartSeconds: Annotated[float, Field(ge=0)] = 180.0  # model load time of a new replica
+    slo: Slo | None = None  # latency objective; absent = no slo signal
 
     @model_validator(mode="after")
     def _bounds(self) -> InferenceService:
         if self.minReplicas > self.maxReplicas:
             raise ValueError(
                 f"minReplicas ({self.minReplicas}) is greater than maxReplicas ({self.maxReplicas})"
+            )
+        if self.slo is not None and self.engine != "vllm":
+            raise ValueError(
+                f"slo is measured from vLLM's TTFT histogram; engine {self.engine!r} is not "
+                "supported (remove 'slo' or use the queue/KV thresholds)"
             )
         return self
 
@@ -260,6 +356,11 @@ class ResearchClass(_Model):
     weight: Annotated[float, Field(gt=0)] = 1.0  # share of headroom among classes of a priority
     priority: int = 0  # higher priority classes are served first
     maxJobs: Annotated[int, Field(ge=0)] = 32  # cap on this class's slots
+    # How often this class's Jobs save a checkpoint (s). With pool.forecast enabled, a new
+    # Job is started only where the forecast says its GPUs stay free at least this long, so
+    # it can save something before inference takes them back. 0 = the Jobs checkpoint on
+    # SIGTERM within the grace period (the chart's contract): no forecast gate.
+    checkpointIntervalSeconds: Annotated[float, Field(ge=0)] = 0.0
 
 
 class Config(_Model):

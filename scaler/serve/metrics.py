@@ -70,6 +70,17 @@ class ScalerMetrics:
             p + "config_reloads", "Config reloads by result.", ("result",), registry=registry
         )
         self.config_generation = gauge("config_generation", "Generation of the config in force.")
+        self.hpa_ignoring = gauge(
+            "hpa_ignoring_answer",
+            "1 while the HPA KEDA built for the service keeps its replicas because our "
+            "answer is within its tolerance (server.hpaCheck).",
+            ("service",),
+        )
+        self.hpa_tolerance = gauge(
+            "hpa_tolerance",
+            "Tolerance in force on the service's HPA (0.1 when the field was dropped).",
+            ("service", "direction"),
+        )
         self.tls_reloads = Counter(
             p + "tls_reloads",
             "Rotated gRPC TLS files examined, by result (ok, invalid: old ones kept).",
