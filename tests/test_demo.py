@@ -4,14 +4,19 @@ HTTP, and the whole demo run briefly at high speed (real scaler, real gRPC, real
 from __future__ import annotations
 
 import ast
+import asyncio
 import csv
+import itertools
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import httpx
@@ -24,8 +29,10 @@ from scaler.core.load import EngineSample
 from scaler.demo.cluster import DemoCluster
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
+from scaler.demo.queue import QueueError, SimItem, SimQueue, seed_budget, seed_items
 from scaler.demo.run import run
-from scaler.demo.scenario import parse_args
+from scaler.demo.scenario import Params, parse_args
+from scaler.research.model import DONE, QUEUED, REQUEUED, RUNNING
 from scaler.sim.kube import JobState, ResearchClassSpec
 from scaler.sim.pods import RepState
 
@@ -50,7 +57,7 @@ def busy(row: int) -> bool:
     return False
 
 
-def make_cluster(pool_gpus: int = 16) -> DemoCluster:
+def make_cluster(pool_gpus: int = 16, items: list[SimItem] | None = None) -> DemoCluster:
     return DemoCluster(
         pool_gpus=pool_gpus,
         gpus_per_node=8,
@@ -63,6 +70,7 @@ def make_cluster(pool_gpus: int = 16) -> DemoCluster:
         grace_s=GRACE_S,
         startup_s=STARTUP_S,
         seed=0,
+        items=items,
     )
 
 
@@ -145,6 +153,135 @@ def test_preempted_job_loses_only_work_since_its_last_checkpoint() -> None:
     c.step(1000.0, 1.0, idle)  # preempted at 1001 s: 990 s of work, one 600 s checkpoint kept
     assert c.preemptions == 1
     assert c.ledger.lost_gpu_s == pytest.approx(4 * 390.0)
+
+
+# ---- the simulated research work queue --------------------------------------------------
+def item_events(c: DemoCluster, item: str) -> list[tuple[str, float, float]]:
+    """(kind, time, checkpointed GPU-hours) of one item's events."""
+    return [
+        (e.kind, e.t, float(e.detail["checkpointed_gpu_hours"]))
+        for e in c.events
+        if e.detail.get("item") == item
+    ]
+
+
+def test_preempted_item_returns_to_the_front_with_its_checkpoint_and_completes_once() -> None:
+    big, small = SimItem("ft-1", "finetune", 4, 2000.0), SimItem("ft-2", "finetune", 4, 500.0)
+    c = make_cluster(pool_gpus=8, items=[big, small])
+    q = c.queue
+    assert q is not None
+    c.start_with(1, 0.0)  # 4 GPUs for inference, 4 free: room for one finetune Job
+    assert c.scaled_job_poll("finetune", 1.0, 0.0) == 1  # min(1 slot, 2 waiting) − 0 Jobs
+    c.step(0.0, 1.0, idle)  # bound at 1 s: takes the front item; useful work from 11 s
+    assert (big.state, small.state, big.attempts) == (RUNNING, QUEUED, 1)
+
+    c.hpa_sync(2.0, 1.0, 1000.0, why="test")
+    c.step(1000.0, 1.0, idle)  # preempted at 1001 s: 990 s of work, one 600 s checkpoint
+    assert c.preemptions == 1
+    assert big.state == RUNNING, "leased until its pod is gone (the grace period)"
+    assert q.waiting("finetune") == 1
+    c.step(1001.0, GRACE_S, idle)  # the pod is gone: the item is back, at the front
+    assert big.state == REQUEUED and big.saved_s == pytest.approx(600.0)
+    assert [qc.requeued for qc in q.counts()] == [0, 1]
+    assert q.waiting("finetune") == 2
+
+    c.hpa_sync(1.0, 1.0, 1061.0, why="test")  # the loading replica goes: room again
+    c.step(1061.0, 1.0, idle)  # the re-created pod binds and takes the front item again
+    assert big.state == RUNNING and big.attempts == 2 and small.state == QUEUED
+    t = 1062.0
+    while big.state != DONE and t < 5000.0:
+        c.step(t, 10.0, idle)
+        t += 10.0
+    # Resumed from the checkpoint: 1400 s of work left, from 1062 + 10 s of start-up.
+    assert big.state == DONE and 2470.0 <= t <= 2490.0
+    assert [k for k, *_ in item_events(c, "ft-1")] == [
+        "item-taken",
+        "item-requeued",
+        "item-taken",
+        "item-done",
+    ]
+    kept = pytest.approx(4 * 600 / 3600, abs=1e-3)  # GPU-hours checkpointed
+    assert [h for *_, h in item_events(c, "ft-1")] == [
+        0.0,
+        kept,
+        kept,
+        pytest.approx(4 * 2000 / 3600, abs=1e-3),
+    ]
+    with pytest.raises(QueueError):  # done at most once
+        q.finish(big, t)
+
+    # The next Job takes the second item; then the queue is empty: min(slots, 0) = no Job.
+    assert c.scaled_job_poll("finetune", 1.0, t) == 1
+    while small.state != DONE and t < 9000.0:
+        c.step(t, 10.0, idle)
+        t += 10.0
+    assert small.state == DONE
+    assert c.scaled_job_poll("finetune", 1.0, t) == 0
+    assert [(qc.queued, qc.requeued, qc.running, qc.done) for qc in q.counts()] == [
+        (0, 0, 0, 0),
+        (0, 0, 0, 2),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("slots", "items", "want_jobs"),
+    [
+        pytest.param(5.0, 2, 2, id="fewer-items-than-slots"),
+        pytest.param(1.0, 3, 1, id="fewer-slots-than-items"),
+        pytest.param(0.0, 3, 0, id="no-slot"),
+        pytest.param(4.0, 0, 0, id="no-item"),
+    ],
+)
+def test_scaled_job_target_is_min_of_waiting_items_and_slots(
+    slots: float, items: int, want_jobs: int
+) -> None:
+    c = make_cluster(
+        pool_gpus=64, items=[SimItem(f"e-{i}", "eval", 1, 600.0) for i in range(items)]
+    )
+    c.start_with(1, 0.0)
+    assert c.scaled_job_poll("eval", slots, 0.0) == want_jobs
+    # Without the queue: the slots alone (the bench's never-ending backlog).
+    assert make_cluster(pool_gpus=64).scaled_job_poll("eval", slots, 0.0) == int(slots)
+
+
+@pytest.mark.parametrize("why", ["no-slot", "queue-empty"])
+def test_a_job_with_nothing_to_take_ends_once_its_pod_started(why: str) -> None:
+    item = SimItem("e-1", "eval", 1, 600.0)
+    c = make_cluster(pool_gpus=64, items=[item])
+    q = c.queue
+    assert q is not None
+    c.start_with(1, 0.0)
+    if why == "no-slot":  # slots fell to 0 after KEDA created the Job: fail closed
+        assert c.scaled_job_poll("eval", 1.0, 0.0) == 1
+        c.scaled_job_poll("eval", 0.0, 0.5)
+    else:  # a Job KEDA created from a stale queue length: the item is gone already
+        q.slots["eval"] = 4
+        c.pods.create_jobs("eval", 2.0, 0.0)
+    c.step(0.0, 1.0, idle)
+    ended = [e for e in c.events if e.kind == "job-took-nothing"]
+    assert len(ended) == 1 and q.took_nothing["eval"] == 1
+    assert item.state == (QUEUED if why == "no-slot" else RUNNING)
+    c.step(1.0, STARTUP_S, idle)  # started, found nothing, exited 0: its GPU is free
+    assert c.jobs_in(JobState.DONE, "eval") == 1
+    assert c.research_gpus() == (0 if why == "no-slot" else 1)
+
+
+def test_seeded_batch_reaches_its_gpu_hours_deterministically() -> None:
+    classes = list(CLASSES.values())
+    budget = seed_budget(64, 4, 3, 10.0)
+    assert budget == pytest.approx(200.0)  # 10 h of a third of 60 lendable GPUs
+    a = seed_items(classes, [budget, 1.0], seed=3)
+    b = seed_items(classes, [budget, 1.0], seed=3)
+    assert [(x.id, x.work_s) for x in a] == [(x.id, x.work_s) for x in b]
+    by = {c.name: [x for x in a if x.research_class == c.name] for c in classes}
+    # 100-hour eval items: two reach 200 GPU-hours; one 400-GPU-hour finetune item > 1.
+    assert [len(by["eval"]), len(by["finetune"])] == [2, 1]
+    assert sum(x.gpu_hours for x in by["eval"]) >= budget
+    q = SimQueue(("eval", "finetune"))
+    for x in a:
+        q.submit(x)
+    with pytest.raises(QueueError):
+        q.submit(a[0])
 
 
 # ---- one replica's /metrics --------------------------------------------------------------
@@ -350,17 +487,33 @@ def read_timeline(path: Path) -> list[dict[str, float]]:
         ]
 
 
-async def test_demo_lends_at_night_and_gives_back_when_traffic_rises(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
-    # 04:00 → 22:00 of a weekday: the night trough, the morning ramp, the evening peak.
+def read_events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    p: Params
+    out: Path
+    summary: dict[str, object]
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """The demo with its defaults (the simulated work queue on), 04:00 → 22:00 of a
+    weekday: the night trough, the morning ramp, the evening peak. ~30 s."""
+    out = tmp_path_factory.mktemp("day") / "demo"
     p = parse_args(
         [
             "--day-seconds", "40", "--hours", "18", "--start-hour", "4",
             "--pool-gpus", "32", "--no-live", "--out", str(out),
         ]
     )  # fmt: skip
-    summary = await run(p)
+    return DemoRun(p, out, asyncio.run(run(p)))
 
+
+def test_demo_lends_at_night_and_gives_back_when_traffic_rises(day: DemoRun) -> None:
+    p, out, summary = day.p, day.out, day.summary
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
     for key in (
@@ -415,6 +568,144 @@ async def test_demo_lends_at_night_and_gives_back_when_traffic_rises(tmp_path: P
     png = (out / "pool.png").read_bytes()
     assert png.startswith(PNG_MAGIC) and len(png) > 10_000
     assert "time of day" in (out / "frames.txt").read_text()
+
+
+def read_queue(out: Path) -> dict[str, list[dict[str, float]]]:
+    """queue.csv by class, in time order."""
+    by: dict[str, list[dict[str, float]]] = {}
+    with (out / "queue.csv").open() as f:
+        for row in csv.DictReader(f):
+            cls = row.pop("research_class")
+            by.setdefault(cls, []).append({k: float(v) for k, v in row.items()})
+    return by
+
+
+def test_work_queue_drains_at_night_and_refills_when_the_morning_preempts(day: DemoRun) -> None:
+    out, summary = day.out, day.summary
+    queue = summary["research_queue"]
+    assert isinstance(queue, dict) and queue["simulated"] is True
+    classes: dict[str, dict[str, int]] = queue["classes"]
+    events = read_events(out)
+    series = read_queue(out)
+    assert set(series) == set(classes) == {"eval", "finetune", "pretrain"}
+
+    def waiting(r: dict[str, float]) -> float:
+        return r["queued"] + r["requeued"]
+
+    # The night ends at the trough: the lowest hourly request rate.
+    rows = read_timeline(out / "timeline.csv")
+    hourly = [sum(r["rps"] for r in rows[i : i + 12]) for i in range(len(rows) - 11)]
+    trough_t = rows[hourly.index(min(hourly)) + 6]["t"]
+    assert 4 * 3600 <= trough_t <= 9 * 3600, trough_t  # 08:00–13:00 of the trace
+
+    # Drains at night: every class has fewer items waiting at the trough than seeded, and
+    # the whole queue at most 3/4 of its seed.
+    at_trough = {c: next(r for r in s if r["t"] >= trough_t) for c, s in series.items()}
+    for c, s in series.items():
+        assert s[0]["t"] == 0 and waiting(s[0]) == s[0]["submitted"] == classes[c]["submitted"]
+        assert waiting(at_trough[c]) < s[0]["submitted"], c
+    seeded = sum(s[0]["submitted"] for s in series.values())
+    assert sum(waiting(r) for r in at_trough.values()) <= 0.75 * seeded
+    # Nothing is submitted after the seed: the queue grows only by requeued items.
+    for c, s in series.items():
+        for a, b in itertools.pairwise(s):
+            assert waiting(b) - waiting(a) <= b["requeue_events"] - a["requeue_events"], (c, b)
+            assert b["done"] >= a["done"]
+
+    # Refills in the morning: preemptions send items back, and a queue grows again.
+    requeued = [e for e in events if e["kind"] == "item-requeued"]
+    assert any(e["t"] > trough_t for e in requeued), "no item requeued after the trough"
+    rises = [
+        (c, b["t"])
+        for c, s in series.items()
+        for a, b in itertools.pairwise(s)
+        if b["t"] > trough_t and waiting(b) > waiting(a)
+    ]
+    assert rises, "no queue grew in the morning"
+
+    # Per item, the events follow the queue's state machine; done at most once; a
+    # requeued item keeps its checkpoint and resumes from it.
+    state: dict[str, str] = {}
+    ckpt: dict[str, float] = {}
+    cls_of: dict[str, str] = {}
+    for e in events:
+        item = e["detail"].get("item")
+        if item is None:
+            continue
+        kind, was, kept = (
+            e["kind"],
+            state.get(item, "queued"),
+            e["detail"]["checkpointed_gpu_hours"],
+        )
+        cls_of[item] = e["subject"]
+        if kind == "item-taken":
+            assert was in ("queued", "requeued"), (item, was, e)
+            assert kept == ckpt.get(item, 0.0), (item, e)
+            state[item] = "running"
+        elif kind == "item-requeued":
+            assert was == "running", (item, e)
+            assert kept >= ckpt.get(item, 0.0)
+            state[item], ckpt[item] = "requeued", kept
+        elif kind == "item-done":
+            assert was == "running", (item, "completed twice" if was == "done" else was)
+            state[item] = "done"
+    # summary.json matches the events.
+    for c, counts in classes.items():
+        mine = [e for e in events if e["subject"] == c]
+        (seed,) = [e for e in mine if e["kind"] == "items-seeded"]
+        assert seed["detail"]["n"] == counts["submitted"] == counts["total"]
+        assert counts["done"] == sum(e["kind"] == "item-done" for e in mine)
+        assert counts["preempted_requeued"] == sum(e["kind"] == "item-requeued" for e in mine)
+        assert counts["taken"] == sum(e["kind"] == "item-taken" for e in mine)
+        assert counts["jobs_took_nothing"] == sum(e["kind"] == "job-took-nothing" for e in mine)
+        assert counts["preempted_requeued"] <= sum(e["kind"] == "preempt" for e in mine)
+        final = [st for it, st in state.items() if cls_of[it] == c]
+        assert counts["running"] == final.count("running")
+        assert counts["requeued"] == final.count("requeued")
+        assert counts["done"] == final.count("done")
+        assert counts["queued"] == counts["submitted"] - len(final)
+        assert (
+            counts["queued"] + counts["requeued"] + counts["running"] + counts["done"]
+            == (counts["submitted"])
+        )
+        last = series[c][-1]
+        assert last["t"] == pytest.approx(18 * 3600)
+        assert [last[k] for k in ("queued", "requeued", "running", "done")] == [
+            counts[k] for k in ("queued", "requeued", "running", "done")
+        ]
+    assert sum(c["done"] for c in classes.values()) > 0
+    # KEDA's min: a ScaledJob never asks for more Jobs than waiting items or slots.
+    for e in events:
+        if e["kind"] == "jobs-created":
+            d = e["detail"]
+            assert d["n"] <= min(d["slots"], d["waiting"]), e
+    assert summary["research_jobs_took_nothing"] == sum(
+        c["jobs_took_nothing"] for c in classes.values()
+    )
+    frames = (out / "frames.txt").read_text()
+    assert "work queue (simulated)" in frames
+
+
+async def test_no_queue_keeps_the_never_ending_backlog(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    p = parse_args(
+        [
+            "--day-seconds", "40", "--hours", "3", "--start-hour", "4", "--pool-gpus", "32",
+            "--no-live", "--no-queue", "--out", str(out),
+        ]
+    )  # fmt: skip
+    summary = await run(p)
+    assert summary["research_queue"] is None and summary["research_jobs_took_nothing"] is None
+    harvested = summary["research_gpu_hours"]
+    assert isinstance(harvested, float) and harvested > 0  # research Jobs ran, without items
+    assert not (out / "queue.csv").exists()
+    kinds = {e["kind"] for e in read_events(out)}
+    assert "jobs-created" in kinds
+    assert not kinds & {"items-seeded", "item-taken", "item-done", "item-requeued"}
+    created = [e for e in read_events(out) if e["kind"] == "jobs-created"]
+    assert all(set(e["detail"]) == {"n"} for e in created)
+    assert all(math.isnan(r["queue_waiting"]) for r in read_timeline(out / "timeline.csv"))
+    assert "work queue" not in (out / "frames.txt").read_text()
 
 
 def test_ctrl_c_stops_cleanly_and_still_writes_the_summary(tmp_path: Path) -> None:

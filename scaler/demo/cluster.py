@@ -3,7 +3,8 @@
 starts, drains, research Jobs that checkpoint and are re-created after preemption), the
 HPA with the chart's behavior and KEDA's ScaledJob controller. This module only adds what
 the demo keeps around them: the HPA's inputs, the events it records, the GPU time lent to
-research. It does no I/O and reads no clock.
+research, and (optionally) the simulated research work queue the Jobs take items from
+(`scaler.demo.queue`). It does no I/O and reads no clock.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from scaler.demo.queue import SEEDED, SimItem, SimQueue
 from scaler.sim.kube import Hpa, HpaBehavior, JobState, Ledger, ResearchClassSpec
 from scaler.sim.pods import Changes, InfReplica, Lifecycle, Pods, RepState
 
@@ -19,7 +21,9 @@ from scaler.sim.pods import Changes, InfReplica, Lifecycle, Pods, RepState
 @dataclass(frozen=True, slots=True)
 class Event:
     t: float  # simulated seconds since the start of the run
-    kind: str  # scale | replica-ready | replica-gone | jobs-created | preempt | job-done
+    # scale | replica-ready | replica-gone | jobs-created | preempt | job-done, and with the
+    # simulated queue: items-seeded | item-taken | item-done | item-requeued | job-took-nothing
+    kind: str
     subject: str
     detail: dict[str, float | int | str] = field(default_factory=dict)
 
@@ -53,6 +57,7 @@ class DemoCluster:
         startup_s: float,
         seed: int,
         hpa: HpaBehavior = CHART_HPA,
+        items: list[SimItem] | None = None,
     ) -> None:
         # Research pods do not checkpoint on SIGTERM: they hold their GPUs for the grace
         # period and lose the work since their last periodic checkpoint.
@@ -71,6 +76,20 @@ class DemoCluster:
         self.events: list[Event] = []
         self.research_gpu_s = 0.0  # GPU time held by running research pods (harvested)
         self.jobs_created = 0
+        # The simulated work queue (None: every Job draws its work from a never-ending
+        # backlog, the bench's model).
+        self.queue: SimQueue | None = None
+        if items is not None:
+            self.queue = SimQueue(tuple(c.name for c in classes))
+            for it in items:
+                self.queue.submit(it)
+            for c in classes:
+                mine = [it for it in items if it.research_class == c.name]
+                detail: dict[str, float | int | str] = {
+                    "n": len(mine),
+                    "gpu_hours": round(sum(it.gpu_hours for it in mine), 2),
+                }
+                self.events.append(Event(0.0, SEEDED, c.name, detail))
 
     # ---- the Deployment and its HPA ------------------------------------------------------
     def start_with(self, n: int, now: float) -> list[InfReplica]:
@@ -106,11 +125,22 @@ class DemoCluster:
 
     # ---- research: KEDA's ScaledJob controller ------------------------------------------
     def scaled_job_poll(self, research_class: str, metric: float, now: float) -> int:
-        """One ScaledJob poll with `metric` (total slots): creates maxScale − unfinished Jobs."""
+        """One ScaledJob poll with `metric` (total slots): creates maxScale − unfinished Jobs.
+
+        With the queue, the ScaledJob has a second trigger, the queue's length (waiting
+        items, target 1), combined by the chart's `multipleScalersCalculation: min`: the
+        target is min(waiting items, slots). The slots answer is also what the Jobs'
+        workers check before they take (fail closed)."""
+        detail: dict[str, float | int | str] = {}
+        if self.queue is not None:
+            self.queue.slots[research_class] = math.floor(metric + 1e-9)
+            waiting = self.queue.waiting(research_class)
+            detail = {"slots": metric, "waiting": waiting}
+            metric = min(metric, float(waiting))
         n = self.pods.create_jobs(research_class, metric, now)
         if n:
             self.jobs_created += n
-            self.events.append(Event(now, "jobs-created", research_class, {"n": n}))
+            self.events.append(Event(now, "jobs-created", research_class, {"n": n, **detail}))
         return n
 
     def unfinished(self, research_class: str) -> int:
@@ -160,5 +190,9 @@ class DemoCluster:
             self.events.append(Event(end, "replica-ready", self.service, {"pod": rep.uid}))
         for job in ch.completed:
             self.events.append(Event(end, "job-done", job.cls.name, {"gpus": job.cls.gpus}))
+        if self.queue is not None:
+            preempted = [job for job, _ in ch.preempted]
+            for kind, cls, qd in self.queue.sync(end, self.pods.running, preempted, ch.completed):
+                self.events.append(Event(end, kind, cls, qd))
         self.research_gpu_s += sum(j.cls.gpus for j in self.pods.running) * dt
         return ch

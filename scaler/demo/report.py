@@ -1,5 +1,5 @@
-"""What a run leaves behind: summary.json, the timeline, the events, the view captures and
-the pool-split plot."""
+"""What a run leaves behind: summary.json, the timeline, the events, the view captures,
+the pool-split plot and, with the simulated work queue, queue.csv."""
 
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ def summarize(
     interrupted: bool,
 ) -> dict[str, object]:
     w, c = d.world, d.world.cluster
+    q = c.queue
     w.slo.advance(w.log, w.now)
     ready = [r.ready for r in w.records]
     arrived = w.arrived()
@@ -71,6 +72,15 @@ def summarize(
         "peak_rps": p.peak_rps,
         "seed": p.seed,
         "config_writes": d.config.writes,
+        # Added with the simulated work queue (None with --no-queue).
+        "research_jobs_took_nothing": None if q is None else sum(q.took_nothing.values()),
+        "research_queue": None
+        if q is None
+        else {
+            "simulated": True,
+            "seed_hours": p.queue_hours,
+            "classes": q.summary(),
+        },
     }
 
 
@@ -87,9 +97,24 @@ def write_outputs(p: Params, d: Demo, summary: dict[str, object], frames: list[s
         for e in d.world.cluster.events:
             f.write(json.dumps(dataclasses.asdict(e)) + "\n")
     (out / "frames.txt").write_text("\n".join(frames))
+    if d.world.queue_records:
+        with (out / "queue.csv").open("w") as f:
+            fields = [x.name for x in dataclasses.fields(d.world.queue_records[0])]
+            f.write(",".join(fields) + "\n")
+            for qr in d.world.queue_records:
+                row = dataclasses.asdict(qr)
+                f.write(",".join(str(row[k]) for k in fields) + "\n")
     title = (
         f"{p.trace} (rate curve) with {p.lengths} lengths, peak {p.peak_rps:.0f} req/s; "
         f"{p.pool_gpus} GPUs, {p.gpus_per_replica} per replica; "
         f"{summary['research_gpu_hours']} research GPU-hours, {summary['preemptions']} preemptions"
     )
-    plot_pool(d.world.records, p.pool_gpus, p.reserve_gpus, p.start_hour, out / "pool.png", title)
+    plot_pool(
+        d.world.records,
+        p.pool_gpus,
+        p.reserve_gpus,
+        p.start_hour,
+        out / "pool.png",
+        title,
+        d.world.queue_records,
+    )

@@ -207,6 +207,7 @@ def frame(d: Demo, driver: KedaDriver, clock: PacedClock) -> Frame:
         grpc_calls=sum(driver.calls.values()),
         real_s=time.monotonic() - clock.start,
         stretched_s=clock.slip_s,
+        queue=w.queue_counts(),
     )
 
 
@@ -363,6 +364,7 @@ def main(argv: list[str]) -> int:
         "timeline.csv",
         "events.jsonl",
         "frames.txt",
+        *(["queue.csv"] if summary.get("research_queue") else []),
         "pool.yaml",
         "scaler.log",
     ):

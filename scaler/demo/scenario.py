@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from scaler.demo.cluster import DemoCluster
+from scaler.demo.queue import SEED_HOURS, seed_budget, seed_items
 from scaler.demo.world import SloTracker, World
 from scaler.sim.kube import ResearchClassSpec
 from scaler.sim.profile import ReplicaSpec
@@ -71,6 +72,10 @@ class Params:
     slo_ttft_s: float
     live: bool
     out: Path
+    # The simulated research work queue (scaler.demo.queue); False: the bench's
+    # never-ending backlog, every Job has work.
+    queue: bool = True
+    queue_hours: float = SEED_HOURS  # seeded work: hours of each class's share of the pool
 
     @property
     def compression(self) -> float:
@@ -114,10 +119,24 @@ def parse_args(argv: list[str]) -> Params:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--slo-ttft", type=float, default=2.0, help="TTFT SLO in seconds")
     p.add_argument("--no-live", action="store_true", help="plain log lines, no live view")
+    p.add_argument(
+        "--no-queue",
+        action="store_true",
+        help="no simulated work queue: every research Job has work (the bench's backlog)",
+    )
+    p.add_argument(
+        "--queue-hours",
+        type=float,
+        default=SEED_HOURS,
+        help="work seeded per class, in hours of its equal share of the lendable GPUs "
+        f"(default {SEED_HOURS:g})",
+    )
     p.add_argument("--out", type=Path, default=Path("out/demo"), help="output directory")
     a = p.parse_args(argv)
     if a.day_seconds <= 0 or not 0 < a.hours <= 24 * 6:
         p.error("--day-seconds must be > 0 and --hours in (0, 144]")
+    if not a.queue_hours > 0:
+        p.error("--queue-hours must be > 0")
     if a.pool_gpus < a.reserve_gpus + a.gpus_per_replica:
         p.error("--pool-gpus must hold the reserve and at least one replica")
     try:
@@ -149,6 +168,8 @@ def parse_args(argv: list[str]) -> Params:
         slo_ttft_s=a.slo_ttft,
         live=not a.no_live,
         out=a.out,
+        queue=not a.no_queue,
+        queue_hours=a.queue_hours,
     )
 
 
@@ -237,6 +258,11 @@ def build_world(p: Params) -> World:
         rng=np.random.default_rng(p.seed),
         max_model_len=8192,
     )
+    classes = research_classes()
+    items = None
+    if p.queue:
+        budget = seed_budget(p.pool_gpus, p.reserve_gpus, len(classes), p.queue_hours)
+        items = seed_items(classes, [budget] * len(classes), p.seed)
     cluster = DemoCluster(
         pool_gpus=p.pool_gpus,
         gpus_per_node=GPUS_PER_NODE,
@@ -245,10 +271,11 @@ def build_world(p: Params) -> World:
         min_replicas=1,
         max_replicas=p.max_replicas,
         cold_start_s=spec.cold_start_s,
-        classes=research_classes(),
+        classes=classes,
         grace_s=GRACE_S,
         startup_s=RESEARCH_STARTUP_S,
         seed=p.seed,
+        items=items,
     )
     # Simulation step: 2 s at the default speed; coarser when the day is compressed more
     # (the per-step cost is mostly fixed, and a scrape then spans more trace time anyway).

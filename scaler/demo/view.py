@@ -12,7 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from scaler.demo.world import Sample
+from scaler.demo.queue import QueueCounts
+from scaler.demo.world import QueueSample, Sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ class Frame:
     grpc_calls: int
     real_s: float
     stretched_s: float  # real seconds the day was stretched because the CPU was busy
+    queue: tuple[QueueCounts, ...] = ()  # the simulated work queue, per class (empty: off)
 
 
 def pool_bar(f: Frame, width: int = 60) -> Text:
@@ -105,6 +107,9 @@ def render(f: Frame) -> Panel:
             str(c.pending),
             str(c.terminating),
         )
+    parts: list[Table | Text] = [head, Text(), inf, Text(), res, Text()]
+    if f.queue:
+        parts += [queue_table(f.queue), Text()]
     free = f.capacity - f.inference_gpus - f.research_gpus - f.terminating_gpus
     legend = Text.assemble(
         ("█ inference ", "bold blue"),
@@ -131,7 +136,7 @@ def render(f: Frame) -> Panel:
         foot.append(f"\nCPU busy: the day stretched by {f.stretched_s:.0f} s", style="yellow")
     if f.scaler_error:
         foot.append(f"\nscaler: {f.scaler_error}", style="red")
-    body = Group(head, Text(), inf, Text(), res, Text(), pool_bar(f), legend, Text(), foot)
+    body = Group(*parts, pool_bar(f), legend, Text(), foot)
     return Panel(
         body,
         title=f"gpu-pool-scaler demo — {f.capacity} GPUs — time of day {f.clock}",
@@ -140,18 +145,53 @@ def render(f: Frame) -> Panel:
     )
 
 
+QUEUE_COLUMNS = (
+    "work queue (simulated)",
+    "queued",
+    "requeued",
+    "running",
+    "done",
+    "seeded",
+    "preempted",
+)
+
+
+def queue_table(rows: tuple[QueueCounts, ...]) -> Table:
+    """Per class: items waiting (never started / again after preemption), taken, done, of
+    how many seeded, and preempted-and-requeued transitions so far."""
+    t = Table(box=None, pad_edge=False, show_edge=False, expand=False)
+    for col in QUEUE_COLUMNS:
+        t.add_column(col, justify="right" if col != QUEUE_COLUMNS[0] else "left")
+    for q in rows:
+        t.add_row(
+            q.name,
+            str(q.queued),
+            str(q.requeued),
+            str(q.running),
+            str(q.done),
+            str(q.submitted),
+            str(q.requeue_events),
+        )
+    return t
+
+
 def plain_line(f: Frame) -> str:
     classes = " ".join(
         f"{c.name}={c.running}r/{c.pending}p(slots {'-' if c.slots is None else c.slots})"
         for c in f.classes
     )
     slo = "-" if f.slo is None else f"{100 * f.slo:.1f}%"
+    queue = ""
+    if f.queue:
+        queue = " | queue (simulated) " + " ".join(
+            f"{q.name}={q.queued}q/{q.requeued}rq/{q.running}r/{q.done}d" for q in f.queue
+        )
     return (
         f"{f.clock} rps={f.rps:.1f} {f.service}: ready={f.ready} starting={f.starting} "
         f"pending={f.pending} desired={'-' if f.desired is None else f.desired} | research "
         f"{classes} | GPUs inference={f.inference_gpus} research={f.research_gpus} "
         f"preempted={f.terminating_gpus} | preemptions={f.preemptions} slo={slo} "
-        f"grpc={f.grpc_calls}"
+        f"grpc={f.grpc_calls}{queue}"
     )
 
 
@@ -179,6 +219,16 @@ def summary_table(summary: dict[str, object]) -> Table:
         else:
             s = "–" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
         t.add_row(label, s)
+    queue = summary.get("research_queue")
+    if isinstance(queue, dict) and isinstance(queue.get("classes"), dict):
+        t.add_row("work queue (simulated), per class", "done/seeded  waiting  running  requeued")
+        for name, c in queue["classes"].items():
+            done = f"{c['done']}/{c['submitted']}"
+            t.add_row(
+                f"  {name}",
+                f"{done:>11}  {c['queued'] + c['requeued']:>7}  {c['running']:>7}  "
+                f"{c['preempted_requeued']:>8}",
+            )
     return t
 
 
@@ -189,8 +239,10 @@ def plot_pool(
     start_hour: float,
     path: Path,
     title: str,
+    queue_records: Sequence[QueueSample] = (),
 ) -> None:
-    """Stacked pool split over the day, request rate on a second axis."""
+    """Stacked pool split over the day, request rate on a second axis; with the simulated
+    work queue, a second panel: items waiting per class (share of the class's seed)."""
     import logging
 
     import matplotlib
@@ -203,7 +255,17 @@ def plot_pool(
     inf = [r.inference_gpus for r in records]
     res = [r.research_gpus for r in records]
     term = [r.research_terminating_gpus for r in records]
-    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    if queue_records:
+        fig, (ax, axq) = plt.subplots(
+            2,
+            1,
+            figsize=(10, 7.0),
+            dpi=110,
+            sharex=True,
+            gridspec_kw={"height_ratios": [3, 1.3]},
+        )
+    else:
+        fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
     if records:
         ax.stackplot(
             hours,
@@ -216,7 +278,8 @@ def plot_pool(
         )
     ax.axhline(capacity, color="black", lw=1)
     ax.axhline(capacity - reserve, color="grey", lw=0.8, ls="--", label="capacity − reserve")
-    ax.set_xlabel("hour of day (trace time)")
+    if not queue_records:
+        ax.set_xlabel("hour of day (trace time)")
     ax.set_ylabel("GPUs")
     ax.set_ylim(0, capacity * 1.05)
     if hours:
@@ -229,6 +292,26 @@ def plot_pool(
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5, fontsize=8)
     ax.set_title(title, fontsize=10)
+    if queue_records:
+        by_class: dict[str, list[QueueSample]] = {}
+        for q in queue_records:
+            by_class.setdefault(q.research_class, []).append(q)
+        for name, qs in by_class.items():
+            axq.plot(
+                [start_hour + q.t / 3600.0 for q in qs],
+                [100.0 * (q.queued + q.requeued) / max(q.submitted, 1) for q in qs],
+                drawstyle="steps-post",
+                lw=1.3,
+                label=f"{name} ({qs[0].submitted} items)",
+            )
+        axq.set_ylabel("items waiting\n(% of seeded)")
+        axq.set_ylim(0, 135)  # the legend sits above 100 %
+        axq.set_yticks([0, 25, 50, 75, 100])
+        axq.set_xlabel("hour of day (trace time)")
+        axq.set_title(
+            "research work queue (simulated): queued + requeued after preemption", fontsize=9
+        )
+        axq.legend(loc="upper center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scaler.demo.cluster import DemoCluster
+from scaler.demo.queue import QueueCounts
 from scaler.sim.kube import JobState
 from scaler.sim.pods import InfReplica, RepState
 from scaler.sim.profile import ReplicaSpec
@@ -42,6 +43,25 @@ class Sample:
     research_pending: int
     preemptions: int  # cumulative
     slo: float | None  # attainment so far
+    # The simulated work queue, all classes (None without it): items waiting (queued +
+    # requeued), running (taken), done.
+    queue_waiting: int | None = None
+    queue_running: int | None = None
+    queue_done: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSample:
+    """One class of the simulated work queue at one record time (queue.csv)."""
+
+    t: float
+    research_class: str
+    queued: int
+    requeued: int
+    running: int
+    done: int
+    submitted: int
+    requeue_events: int  # cumulative preempted-and-requeued transitions
 
 
 def column(log: RequestLog, name: str) -> FloatArray:
@@ -88,6 +108,7 @@ class World:
     on_gone: Callable[[InfReplica], None] | None = None
     desired: int | None = None  # the latest answer the KEDA driver got, for the record
     records: list[Sample] = field(default_factory=list)
+    queue_records: list[QueueSample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         w = self.workload
@@ -96,6 +117,7 @@ class World:
         self.router = Router()
         self._next_record = self.record_s
         self._recorded_arrivals = 0
+        self._record_queue()  # the seeded queue at the start
 
     # ---- replica lifecycle ---------------------------------------------------------------
     def start_replica(self, rep: InfReplica) -> None:
@@ -142,6 +164,7 @@ class World:
         arrived = self.arrived()
         rps = (arrived - self._recorded_arrivals) / self.record_s
         self._recorded_arrivals = arrived
+        q = self._record_queue()
         self.records.append(
             Sample(
                 t=self.now,
@@ -158,8 +181,33 @@ class World:
                 research_pending=c.jobs_in(JobState.PENDING),
                 preemptions=c.preemptions,
                 slo=self.slo.attainment,
+                queue_waiting=sum(qc.waiting for qc in q) if q else None,
+                queue_running=sum(qc.running for qc in q) if q else None,
+                queue_done=sum(qc.done for qc in q) if q else None,
             )
         )
+
+    def _record_queue(self) -> tuple[QueueCounts, ...]:
+        q = self.queue_counts()
+        for qc in q:
+            self.queue_records.append(
+                QueueSample(
+                    self.now,
+                    qc.name,
+                    qc.queued,
+                    qc.requeued,
+                    qc.running,
+                    qc.done,
+                    qc.submitted,
+                    qc.requeue_events,
+                )
+            )
+        return q
+
+    def queue_counts(self) -> tuple[QueueCounts, ...]:
+        """Per class, the simulated work queue now (empty without it)."""
+        q = self.cluster.queue
+        return () if q is None else q.counts()
 
     def arrived(self) -> int:
         """Requests that arrived so far."""

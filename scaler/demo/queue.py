@@ -1,0 +1,314 @@
+"""The research work queue, SIMULATED in memory for the demo (no Redis, no worker process).
+
+The real queue is Redis-backed (`scaler.research`, docs/research-queue.md); the demo must
+run with nothing installed, so this module keeps the same states and transitions in plain
+Python, with the state names of `scaler.research.model`:
+
+    seeded ─► queued ──take──► running ──work finished──────────────────────────► done
+                 ▲                │
+                 │                └──pod preempted (SIGTERM) ─► still running (leased) until
+                 │                   the pod is gone (grace period) ─► requeued, at the FRONT,
+                 └──── take ◄──────── with its progress up to its last checkpoint
+
+What a research Job does with it, as `gpu-pool-worker` does (one item per Job here):
+* when its pod starts running, the worker checks the class's slots (fail closed: the
+  latest ScaledJob answer the KEDA driver got through gRPC; no answer, 0 slots or as many
+  items running as slots → take nothing) and takes the front item of its class;
+* it works on the item: the Job's remaining work is the item's work minus its checkpointed
+  progress (`scaler.sim.kube` then runs the pod as for any Job: checkpoints, preemption);
+* the Job completing is the item `done` (exactly once: a second completion is a bug and
+  raises); its pod preempted is the item returned `requeued` once the pod is gone;
+* a Job whose class has nothing to take ends (exit 0) as soon as its pod has started.
+
+Not modelled: failures, lease expiry (node loss), cancel, dead letters (nothing in the
+simulated pool fails), and the real worker's loop over several items per Job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scaler.research.model import (
+    DONE,
+    OUTCOME_DONE,
+    OUTCOME_PREEMPTED,
+    QUEUED,
+    REQUEUED,
+    RUNNING,
+    ClassCounts,
+    Item,
+    count_by_class,
+)
+from scaler.sim.kube import JobState, Pod, PodPhase, ResearchClassSpec, ResearchJob
+
+# The seeded batch: each class gets this many hours of its equal share of the lendable
+# GPUs ((pool − reserve) / classes): about one night's worth, so the night drains most of it.
+SEED_HOURS = 10.0
+
+# Event kinds this module adds to the demo's events.jsonl.
+SEEDED = "items-seeded"
+TAKEN = "item-taken"
+ITEM_DONE = "item-done"
+ITEM_REQUEUED = "item-requeued"  # preempted, returned to the front with its checkpoint
+TOOK_NOTHING = "job-took-nothing"  # the worker found no item or no slot: the Job ends
+
+
+class QueueError(RuntimeError):
+    """A transition the real queue refuses (e.g. a second completion): a bug here."""
+
+
+@dataclass(eq=False)
+class SimItem:
+    """One unit of research work: `work_s` seconds of useful work on its class's GPUs."""
+
+    id: str
+    research_class: str
+    gpus: int
+    work_s: float
+    saved_s: float = 0.0  # checkpointed progress, kept across preemptions
+    state: str = QUEUED
+    attempts: int = 0  # takes (GPS_ATTEMPT of the latest)
+    preemptions: int = 0
+    gpu_s: float = 0.0  # Σ attempt time (take → done / returned) × GPUs
+    last_outcome: str = ""
+    taken_at: float = math.nan
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.work_s / 3600.0
+
+    @property
+    def remaining_gpu_hours(self) -> float:
+        return self.gpus * (self.work_s - self.saved_s) / 3600.0
+
+    def as_item(self) -> Item:
+        """The real queue's view of this item (for `count_by_class`)."""
+        return Item(
+            id=self.id,
+            research_class=self.research_class,
+            state=self.state,
+            gpus=self.gpus,
+            attempts=self.attempts,
+            preemptions=self.preemptions,
+            gpu_ms=round(self.gpu_s * 1000.0),
+            last_outcome=self.last_outcome,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCounts:
+    """Per class, now: the real queue's counts plus what the demo counts on the way."""
+
+    name: str
+    queued: int  # waiting, never started
+    requeued: int  # waiting again after a preempted attempt
+    running: int  # taken (leased), including attempts whose pod is in its grace period
+    done: int
+    submitted: int
+    requeue_events: int  # preempted-and-requeued transitions so far
+
+    @property
+    def waiting(self) -> int:
+        """What a queue-length trigger reads: every waiting item (queued + requeued)."""
+        return self.queued + self.requeued
+
+
+@dataclass
+class _Attempt:
+    pod: Pod  # the pod the worker started in
+    item: SimItem | None  # None: took nothing, the Job ends
+    preempted: bool = False
+
+
+@dataclass
+class SimQueue:
+    """Waiting items per class (front = next taken), the items by id, and the attempts of
+    the research Jobs' workers. Single-threaded; no clock: `now` is passed in."""
+
+    classes: tuple[str, ...]
+    items: dict[str, SimItem] = field(default_factory=dict)
+    # The latest ScaledJob answer per class (total slots): the worker's fail-closed check.
+    slots: dict[str, int] = field(default_factory=dict)
+    requeue_events: Counter[str] = field(default_factory=Counter)
+    took_nothing: Counter[str] = field(default_factory=Counter)
+    completions: Counter[str] = field(default_factory=Counter)
+
+    def __post_init__(self) -> None:
+        self._waiting: dict[str, deque[SimItem]] = {c: deque() for c in self.classes}
+        self._attempts: dict[ResearchJob, _Attempt] = {}
+
+    # ---- the queue's own transitions (scaler.research.queue: SUBMIT, TAKE, FINISH) ----------
+    def submit(self, item: SimItem) -> None:
+        if item.id in self.items:
+            raise QueueError(f"item {item.id} submitted twice")
+        item.state = QUEUED
+        self.items[item.id] = item
+        self._waiting[item.research_class].append(item)
+
+    def take(self, research_class: str, now: float) -> tuple[SimItem | None, str]:
+        """The worker's take: the front item if the class has a free slot (fail closed).
+        Returns (item, "") or (None, why)."""
+        slots = self.slots.get(research_class)
+        if slots is None:
+            return None, "no slot answer"
+        if self.running(research_class) >= slots:
+            return None, f"{slots} slots, all taken"
+        q = self._waiting[research_class]
+        if not q:
+            return None, "queue empty"
+        it = q.popleft()
+        it.state, it.taken_at = RUNNING, now
+        it.attempts += 1
+        return it, ""
+
+    def finish(self, item: SimItem, now: float) -> None:
+        """The attempt's command exited 0: done, at most once."""
+        if item.state != RUNNING:
+            raise QueueError(f"item {item.id} completed while {item.state}")
+        item.state, item.last_outcome = DONE, OUTCOME_DONE
+        item.saved_s = item.work_s
+        item.gpu_s += item.gpus * (now - item.taken_at)
+        self.completions[item.research_class] += 1
+
+    def requeue(self, item: SimItem, now: float) -> None:
+        """Returned after a preempted attempt: to the FRONT, checkpoint kept."""
+        if item.state != RUNNING:
+            raise QueueError(f"item {item.id} returned while {item.state}")
+        item.state, item.last_outcome = REQUEUED, OUTCOME_PREEMPTED
+        item.preemptions += 1
+        item.gpu_s += item.gpus * (now - item.taken_at)
+        self._waiting[item.research_class].appendleft(item)
+        self.requeue_events[item.research_class] += 1
+
+    # ---- counts -----------------------------------------------------------------------------
+    def waiting(self, research_class: str) -> int:
+        return len(self._waiting[research_class])
+
+    def running(self, research_class: str) -> int:
+        return sum(
+            1
+            for a in self._attempts.values()
+            if a.item is not None and a.item.research_class == research_class
+        )
+
+    def counts(self) -> tuple[QueueCounts, ...]:
+        real: dict[str, ClassCounts] = count_by_class(
+            self.classes, (it.as_item() for it in self.items.values())
+        )
+        submitted = Counter(it.research_class for it in self.items.values())
+        return tuple(
+            QueueCounts(
+                name=c,
+                queued=real[c].queued,
+                requeued=real[c].requeued,
+                running=real[c].running,
+                done=real[c].done,
+                submitted=submitted[c],
+                requeue_events=self.requeue_events[c],
+            )
+            for c in self.classes
+        )
+
+    def summary(self) -> dict[str, object]:
+        """Per class, for summary.json: the real queue's `status --json` counts plus the
+        demo's (submitted, preempted-and-requeued events, Jobs that took nothing)."""
+        real = count_by_class(self.classes, (it.as_item() for it in self.items.values()))
+        out: dict[str, object] = {}
+        for c in self.classes:
+            mine = [it for it in self.items.values() if it.research_class == c]
+            waiting = [it for it in mine if it.state in (QUEUED, REQUEUED)]
+            out[c] = {
+                **real[c].as_json(),
+                "submitted": len(mine),
+                "submitted_gpu_hours": round(sum(it.gpu_hours for it in mine), 2),
+                "done_gpu_hours": round(sum(it.gpu_hours for it in mine if it.state == DONE), 2),
+                "waiting_gpu_hours": round(sum(it.remaining_gpu_hours for it in waiting), 2),
+                "preempted_requeued": self.requeue_events[c],
+                "taken": sum(it.attempts for it in mine),
+                "jobs_took_nothing": self.took_nothing[c],
+            }
+        return out
+
+    # ---- the research Jobs' workers, after each step of the simulated cluster --------------
+    def sync(
+        self,
+        now: float,
+        running: Sequence[ResearchJob],
+        preempted: Iterable[ResearchJob],
+        completed: Iterable[ResearchJob],
+    ) -> list[tuple[str, str, dict[str, float | int | str]]]:
+        """Follow what the cluster did in one step (at `now`): completed Jobs finish their
+        item; preempted ones keep it leased until their pod is gone, then return it; every
+        Job whose pod just started (in `running`, binding order) takes an item or ends.
+        Returns events as (kind, class, detail)."""
+        events: list[tuple[str, str, dict[str, float | int | str]]] = []
+        for job in completed:
+            att = self._attempts.pop(job, None)
+            if att is not None and att.item is not None:
+                self.finish(att.item, now)
+                events.append((ITEM_DONE, job.cls.name, self._detail(att.item)))
+        for job in preempted:
+            att = self._attempts.get(job)
+            if att is not None and att.item is not None:
+                att.preempted = True
+                att.item.saved_s = job.saved_s  # whole checkpoints kept (scaler.sim.kube)
+        for job, att in list(self._attempts.items()):
+            # The worker reports `preempted` when its pod is gone (end of the grace period);
+            # the Job controller has then re-created the pod.
+            if job.pod is att.pod and att.pod.phase is not PodPhase.GONE:
+                continue
+            del self._attempts[job]
+            if att.item is not None:
+                self.requeue(att.item, now)
+                events.append((ITEM_REQUEUED, job.cls.name, self._detail(att.item)))
+        for job in running:
+            if job in self._attempts or job.pod is None or job.state is not JobState.RUNNING:
+                continue
+            item, why = self.take(job.cls.name, now)
+            self._attempts[job] = _Attempt(job.pod, item)
+            if item is None:
+                job.saved_s = job.work_s  # nothing to do: the Job ends once its pod started
+                self.took_nothing[job.cls.name] += 1
+                events.append((TOOK_NOTHING, job.cls.name, {"why": why}))
+            else:
+                job.work_s, job.saved_s = item.work_s, item.saved_s
+                events.append((TAKEN, job.cls.name, self._detail(item)))
+        return events
+
+    @staticmethod
+    def _detail(it: SimItem) -> dict[str, float | int | str]:
+        return {
+            "item": it.id,
+            "attempt": it.attempts,
+            "gpu_hours": round(it.gpu_hours, 3),
+            "checkpointed_gpu_hours": round(it.gpus * it.saved_s / 3600.0, 3),
+        }
+
+
+def seed_items(
+    classes: Sequence[ResearchClassSpec], gpu_hours: Sequence[float], seed: int
+) -> list[SimItem]:
+    """Per class, items until their GPU-hours reach `gpu_hours[i]` (at least one item).
+    An item's duration is drawn like the bench's Jobs: lognormal around the class's median
+    (`scaler.sim.kube.Backlog`), from its own seeded stream."""
+    out: list[SimItem] = []
+    for i, (c, budget) in enumerate(zip(classes, gpu_hours, strict=True)):
+        rng = np.random.default_rng([seed, i, 11])
+        total, n = 0.0, 0
+        while n == 0 or total < budget:
+            hours = c.median_hours * float(np.exp(rng.normal(0.0, c.sigma)))
+            work_s = max(60.0, hours * 3600.0)
+            n += 1
+            out.append(SimItem(f"{c.name}-{n:04d}", c.name, c.gpus, work_s))
+            total += c.gpus * work_s / 3600.0
+    return out
+
+
+def seed_budget(pool_gpus: int, reserve_gpus: int, n_classes: int, hours: float) -> float:
+    """GPU-hours seeded per class: `hours` of an equal share of the lendable GPUs."""
+    return hours * max(0, pool_gpus - reserve_gpus) / max(1, n_classes)
