@@ -79,7 +79,13 @@ class ControlLoop:
             endpoints[svc.name] = eps
             for ep in eps or ():
                 job = ScrapeJob(
-                    ep.address, svc.engine, svc.model, svc.targets.metricsPath, cfg.scrape.scheme
+                    ep.address,
+                    svc.engine,
+                    svc.model,
+                    svc.targets.metricsPath,
+                    cfg.scrape.scheme,
+                    ttft=svc.slo is not None,
+                    itl=svc.slo is not None and svc.slo.itlSeconds is not None,
                 )
                 jobs.append((svc.name, job))
         results = await self._scraper.scrape_all([j for _, j in jobs])

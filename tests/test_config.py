@@ -143,6 +143,46 @@ BAD = [
         "would match every pod",
     ),
     ("duplicate-service", "inference.1", None, "inference: duplicate name 'chat'"),
+    (
+        "slo-attainment-percent",
+        "inference.0.slo",
+        {"attainment": 99},
+        "inference[0].slo.attainment",
+    ),
+    ("slo-ttft-zero", "inference.0.slo", {"ttftSeconds": 0}, "inference[0].slo.ttftSeconds"),
+    ("slo-window-too-short", "inference.0.slo", {"windowSeconds": 5}, "slo.windowSeconds"),
+    ("slo-typo", "inference.0.slo", {"ttftSecond": 2}, "slo.ttftSecond: Extra inputs"),
+    (
+        "slo-on-tgi",
+        "inference.0",
+        {
+            "name": "chat",
+            "gpusPerReplica": 1,
+            "engine": "tgi",
+            "targets": {"static": ["h:1"]},
+            "slo": {},
+        },
+        "slo is measured from vLLM's TTFT histogram; engine 'tgi' is not supported",
+    ),
+    (
+        "checkpoint-negative",
+        "research.0.checkpointIntervalSeconds",
+        -1,
+        "research[0].checkpointIntervalSeconds",
+    ),
+    (
+        "forecast-min-above-kept",
+        "pool.forecast",
+        {"historyDays": 2, "minHistoryDays": 3},
+        "minHistoryDays (3.0) exceeds historyDays (2)",
+    ),
+    (
+        "state-both-stores",
+        "server",
+        {"stateFile": "/tmp/s.json", "stateConfigMap": "ns/cm"},
+        "set at most one of 'stateFile'",
+    ),
+    ("state-configmap-no-namespace", "server", {"stateConfigMap": "cm"}, "namespace/name"),
 ]
 
 
@@ -176,3 +216,30 @@ def test_unparseable_text(text: str, needle: str) -> None:
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_slo_forecast_and_state_defaults() -> None:
+    cfg = parse_config(base())
+    svc = cfg.inference[0]
+    assert svc.slo is None  # absent: no slo signal, behaviour unchanged
+    assert not cfg.pool.forecast.enabled
+    assert cfg.research[0].checkpointIntervalSeconds == 0
+    assert (cfg.server.stateFile, cfg.server.stateConfigMap) == (None, None)
+    data = base()
+    data["inference"][0]["slo"] = {}
+    slo = parse_config(data).inference[0].slo
+    assert slo is not None
+    assert (slo.ttftSeconds, slo.attainment, slo.windowSeconds, slo.itlSeconds) == (
+        2.0,
+        0.99,
+        300.0,
+        None,
+    )
+    assert slo.min_requests == 100  # 1 / (1 - 0.99)
+    f = cfg.pool.forecast
+    assert (f.slotSeconds, f.historyDays, f.minHistoryDays, f.researchGraceSeconds) == (
+        600.0,
+        21,
+        1.0,
+        600.0,
+    )

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from scaler.config import InferenceService
+from scaler.config import InferenceService, Slo, Thresholds
 from scaler.core.load import ServiceLoad
 from scaler.core.policy import PolicyState, decide
 
@@ -59,8 +59,19 @@ def services(draw: st.DrawFn) -> InferenceService:
                 "stepSeconds": draw(st.sampled_from([0, 10, 60])),
             },
             "coldStartSeconds": draw(st.sampled_from([0, 60, 180])),
+            # The slo signal on in a third of the services (vLLM histograms, see test_slo.py).
+            "slo": draw(
+                st.sampled_from(
+                    [None, None, {"ttftSeconds": 2, "attainment": 0.95, "windowSeconds": 60}]
+                )
+            ),
         }
     )
+
+
+# TTFT bounds like vLLM's (a histogram delta per cycle: `good` of `total` within 1 s).
+def ttft_hist(good: float, total: float) -> tuple[tuple[float, float], ...]:
+    return ((1.0, good), (2.5, good), (5.0, total), (math.inf, total))
 
 
 @st.composite
@@ -80,7 +91,18 @@ def loads(draw: st.DrawFn, *, usable: bool | None = None) -> ServiceLoad:
         tokens_per_s=draw(st.none() | st.floats(0, 60000)),
         complete=complete,
         reason="" if complete else "scrape failed",
+        **draw(slo_measurements()),
     )
+
+
+@st.composite
+def slo_measurements(draw: st.DrawFn) -> dict[str, Any]:
+    """A cycle's TTFT histogram delta and request rate, or none (no histogram)."""
+    if draw(st.booleans()):
+        return {}
+    total = draw(st.integers(0, 400))
+    good = draw(st.integers(0, total))
+    return {"ttft": ttft_hist(good, total), "requests_per_s": draw(st.floats(0, 80))}
 
 
 @st.composite
@@ -376,3 +398,95 @@ def test_garbage_numbers_never_crash_nor_lower(
     )
     if not finite and state is not None and state.desired is not None:
         assert d.desired is not None and d.desired >= state.desired
+
+
+@PROFILE
+@given(services(), histories(), loads(usable=True), st.integers(1, 200), st.integers(0, 200))
+def test_slower_first_tokens_never_lower_the_target(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    load: ServiceLoad,
+    total: int,
+    slower: int,
+) -> None:
+    """The same requests, some of them later: the slo signal may only ask for more."""
+    slower = min(slower, total)
+    state, now, _ = replay(svc, history)
+    fast = replace(load, ttft=ttft_hist(total, total), requests_per_s=load.requests_per_s or 5.0)
+    slow = replace(fast, ttft=ttft_hist(total - slower, total))
+    a, _ = decide(svc, fast, state, now + 5)
+    b, _ = decide(svc, slow, state, now + 5)
+    if a.desired is None:
+        assert b.desired is None
+    else:
+        assert b.desired is not None and b.desired >= a.desired
+
+
+@SIM_PROFILE
+@given(
+    svc=services(),
+    rps=st.floats(0.5, 40),  # constant demand, requests/s
+    capacity=st.floats(0.2, 5),  # requests/s one replica serves within the objective
+    initial=st.integers(1, 20),
+    model_load_s=st.sampled_from([0, 5, 60, 180]),
+)
+def test_slo_signal_under_constant_demand_settles(
+    svc: InferenceService, rps: float, capacity: float, initial: int, model_load_s: float
+) -> None:
+    """A service whose replicas meet the objective up to `capacity` req/s each and miss it
+    above (the share within the objective falls as 1 / overload). The slo signal learns the
+    capacity from its breaches and probes up below the last breach only, so the target
+    settles: a bounded number of reversals, then one value."""
+    svc = svc.model_copy(
+        update={
+            "slo": Slo(ttftSeconds=2, attainment=0.95, windowSeconds=60),
+            # Demand here does not queue while scaled to zero: keep a replica to measure.
+            "minReplicas": max(1, svc.minReplicas),
+            "thresholds": Thresholds(waitingPerReplica=5.0),
+        }
+    )
+    dt = 5.0
+    pods = [0.0] * initial
+    sd = svc.scaleDown
+    horizon = 3 * (sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt))
+    horizon += (svc.maxReplicas + 2) * (model_load_s + svc.coldStartSeconds + 60 + dt) + 3600
+    state: PolicyState | None = None
+    seen: list[int | None] = []
+    for i in range(int(horizon / dt)):
+        now = i * dt
+        ready = sum(1 for p in pods if p <= now)
+        per = rps / ready if ready else 0.0
+        served = min(rps, ready * capacity * 1.2) if ready else 0.0  # saturates above
+        total = served * dt
+        share = 1.0 if per <= capacity else capacity / per
+        load = ServiceLoad(
+            name="svc",
+            ready=ready,
+            starting=len(pods) - ready,
+            unhealthy=0,
+            waiting=0.0,
+            running=min(per, capacity) * ready,
+            kv_usage_mean=0.1,
+            kv_usage_max=0.1,
+            tokens_per_s=None,
+            complete=True,
+            ttft=ttft_hist(total * share, total) if ready else None,
+            requests_per_s=served if ready else None,
+        )
+        d, state = decide(svc, load, state, now)
+        seen.append(d.desired)
+        target = len(pods) if d.desired is None else d.desired
+        if target > len(pods):
+            pods += [now + model_load_s] * (target - len(pods))
+        elif target < len(pods):
+            pods = sorted(pods)[:target]
+    values = [x for x in seen if x is not None]
+    moves = [b - a for a, b in itertools.pairwise(values) if b != a]
+    reversals = sum(1 for a, b in itertools.pairwise(moves) if (a > 0) != (b > 0))
+    assert reversals <= 4, f"flaps: {moves}"
+    tail = values[-100:]
+    assert len(set(tail)) <= 1, f"not settled: {tail}"
+    assert state is not None
+    if rps / min(initial, svc.maxReplicas) > capacity * 1.01 and svc.maxReplicas > initial:
+        # the path under test ran: a breach taught a capacity
+        assert state.learned.capacity_rps is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scaler.core import histogram
 from scaler.core.load import ServiceLoad, TargetPhase, TargetState
 
 
@@ -18,6 +19,17 @@ def _total_rate(rates: Sequence[float], fresh: int) -> float | None:
     if not rates:
         return None
     return sum(rates) / len(rates) * fresh
+
+
+def _requests_per_s(states: Sequence[TargetState], fresh: int) -> float | None:
+    """First tokens per second from the TTFT histogram's count deltas, the same way as
+    tokens/s: a fresh target without a delta this cycle carries the mean of the others."""
+    rates = [
+        histogram.total(s.ttft_delta) / s.delta_s
+        for s in states
+        if s.ttft_delta is not None and s.delta_s
+    ]
+    return _total_rate(rates, fresh)
 
 
 def aggregate(
@@ -46,6 +58,8 @@ def aggregate(
     samples = [s.sample for s in fresh if s.sample is not None]
     kv = [x.kv_usage_mean for x in samples]
     rates = [s.tokens_per_s for s in fresh if s.tokens_per_s is not None]
+    ttft = histogram.add(s.ttft_delta for s in fresh if s.ttft_delta is not None)
+    itl = histogram.add(s.itl_delta for s in fresh if s.itl_delta is not None)
     return ServiceLoad(
         name=name,
         ready=len(fresh),
@@ -59,4 +73,7 @@ def aggregate(
         complete=unhealthy == 0,
         reason="; ".join(reasons[:5])
         + (f" (+{len(reasons) - 5} more)" if len(reasons) > 5 else ""),
+        ttft=ttft,
+        itl=itl,
+        requests_per_s=_requests_per_s(fresh, len(fresh)),
     )

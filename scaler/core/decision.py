@@ -19,12 +19,27 @@ if TYPE_CHECKING:
 class SignalVerdict:
     """One policy signal's reading and the replica count it asks for."""
 
-    signal: str  # "queue" | "kv-cache" | "concurrency" | "throughput"
+    signal: str  # "queue" | "kv-cache" | "concurrency" | "throughput" | "slo" | "forecast"
     value: float  # observed value (per replica, or fraction)
     target: float  # configured threshold
     replicas: int  # replicas this signal alone asks for
     abstain: bool = False  # no reading this cycle (e.g. no token rate yet): holds, never lowers
     note: str = ""  # short qualifier shown by explain, e.g. "capped during cold start"
+
+
+@dataclass(frozen=True, slots=True)
+class SloStatus:
+    """A service's latency objective and how it is doing (services with `slo:` only)."""
+
+    ttft_s: float  # objective: first token within this long
+    objective: float  # share of requests that must meet it (0-1)
+    window_s: float
+    attainment: float | None  # measured over the window; None: too few requests yet
+    requests: float  # requests (first tokens) in the window
+    capacity_rps: float | None  # learned requests/s one ready replica serves at the objective
+    requests_per_s: float | None  # first tokens per second over the window
+    itl_s: float | None = None  # inter-token latency objective, if set
+    itl_attainment: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +57,7 @@ class ServiceDecision:
     decided_by: str = ""  # signal that set `desired`, or "min"/"max"/"stabilization"/"stale"/...
     recommended: int | None = None  # max over signals, clamped, before stabilization and steps
     hpa_note: str = ""  # set when the HPA's default 10 % tolerance would swallow this change
+    slo: SloStatus | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +66,7 @@ class ResearchDecision:
     slots: int  # total Jobs of this class that fit (KEDA subtracts running ones)
     gpus_per_job: int
     reason: str
+    withheld_slots: int = 0  # slots the forecast held back (inference needs the GPUs soon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +78,7 @@ class PoolSplit:
     headroom_gpus: int  # max(0, capacity - inference - reserve - foreign)
     research_gpus: int  # GPUs lent to research slots
     fail_closed: str | None = None  # reason research got 0, if it did
+    forecast_withheld_gpus: int = 0  # headroom not lent: the forecast needs it back too soon
 
 
 @dataclass(frozen=True, slots=True)

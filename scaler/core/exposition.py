@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from scaler.core import histogram
+from scaler.core.histogram import Buckets
 from scaler.core.load import Engine, EngineSample
 
 
@@ -42,6 +44,9 @@ class _Names:
     generation_tokens: tuple[str, ...]
     preemptions: tuple[str, ...]
     swapped: tuple[str, ...] = ()  # vLLM V0: swapped-out requests still wait for the GPU
+    # Histogram families (the SLO signal; names without `_bucket`), alternatives as above.
+    ttft: tuple[str, ...] = ()
+    itl: tuple[str, ...] = ()
 
 
 NAMES: dict[str, _Names] = {
@@ -54,6 +59,9 @@ NAMES: dict[str, _Names] = {
         generation_tokens=("vllm:generation_tokens_total",),
         preemptions=("vllm:num_preemptions_total",),
         swapped=("vllm:num_requests_swapped",),
+        ttft=("vllm:time_to_first_token_seconds",),
+        # Renamed in 0.11 (the old one is deprecated): accept either.
+        itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
     ),
     "sglang": _Names(
         waiting=("sglang:num_queue_reqs",),
@@ -119,7 +127,8 @@ class _Scan:
                 self.samples.setdefault(name, []).append(m.group(0)[1:])
 
 
-def _scan_pattern(names: _Names) -> re.Pattern[str]:
+def _scan_pattern(names: _Names, ttft: bool = False, itl: bool = False) -> re.Pattern[str]:
+    hists = (*(names.ttft if ttft else ()), *(names.itl if itl else ()))
     samples = {
         *names.waiting,
         *names.running,
@@ -129,9 +138,11 @@ def _scan_pattern(names: _Names) -> re.Pattern[str]:
         *names.preemptions,
         *names.swapped,
         START_TIME,
+        *(f"{h}_bucket" for h in hists),
     }
-    # Counter families may be TYPE'd under the name without `_total` (older clients).
-    families = samples | {n.removesuffix("_total") for n in samples}
+    # Counter families may be TYPE'd under the name without `_total` (older clients);
+    # histograms under the name without `_bucket`.
+    families = samples | {n.removesuffix("_total") for n in samples} | {*names.ttft, *names.itl}
     return re.compile(rf"\n(# TYPE )?({_trie(sorted(families))})(?=[{{ \t])([^\n]*)")
 
 
@@ -219,9 +230,55 @@ def _pick(
     return None
 
 
-_PATTERNS = {engine: _scan_pattern(n) for engine, n in NAMES.items()}
+# Per engine and (ttft, itl): histogram lines are parsed only for services with an SLO
+# (they triple the lines read: ~0.45 ms instead of ~0.15 ms on the 0.32.0 capture).
+_PATTERNS = {
+    (engine, t, i): _scan_pattern(n, t, i)
+    for engine, n in NAMES.items()
+    for t in (False, True)
+    for i in (False, True)
+}
 _GAUGE = ("gauge", "untyped")
 _COUNTER = ("counter", "untyped")
+
+
+def _le(value: str) -> float:
+    v = value.strip()
+    if _VALUE.fullmatch(v) is None:
+        raise ParseError(f"invalid le label {value[:40]!r}")
+    le = float(v)
+    if math.isnan(le):
+        raise ParseError("le label is NaN")
+    return le
+
+
+def _per_le(series: dict[tuple[tuple[str, str], ...], float]) -> dict[float, float] | None:
+    """Bucket series of one histogram (any engines) -> cumulative count per upper bound,
+    summed over engines; None if a series lacks its `le` label."""
+    out: dict[float, float] = {}
+    for key, value in series.items():
+        labels = dict(key)
+        if "le" not in labels:
+            return None
+        le = _le(labels["le"])
+        out[le] = out.get(le, 0.0) + value
+    return out
+
+
+def _histogram(scan: _Scan, names: tuple[str, ...], model: str | None) -> Buckets | None:
+    """A histogram family's buckets, summed over engines; None when absent or unusable
+    (no +Inf bucket, counts not cumulative): only the SLO signal goes without, the target
+    is not failed for it."""
+    for name in names:
+        series = _series(scan, f"{name}_bucket")
+        if series is None:
+            continue
+        _check_type(scan, name, ("histogram", "untyped"))
+        if model is not None:
+            series = {k: v for k, v in series.items() if dict(k).get("model_name", model) == model}
+        per = _per_le(series)
+        return None if per is None else histogram.from_series(per)
+    return None
 
 
 def validate_full(text: str) -> None:
@@ -234,16 +291,22 @@ def validate_full(text: str) -> None:
 
 
 def read_sample(
-    text: str, engine: Engine = "vllm", model: str | None = None
+    text: str,
+    engine: Engine = "vllm",
+    model: str | None = None,
+    *,
+    ttft: bool = False,
+    itl: bool = False,
 ) -> EngineSample | None:
     """Return the target's load, or None when it exports no engine families (no data).
 
     Per pod: counts are summed and the KV fraction averaged / maxed over engines
     (data-parallel ranks, the `engine` label); `model` keeps only that `model_name`.
+    `ttft` / `itl`: also read those histograms (services with an SLO).
     Raises ParseError on malformed text.
     """
     names = NAMES[engine]
-    scan = _Scan(text, _PATTERNS[engine])
+    scan = _Scan(text, _PATTERNS[engine, ttft, itl])
     waiting = _pick(scan, names.waiting, model, _GAUGE)
     running = _pick(scan, names.running, model, _GAUGE)
     if waiting is None or running is None:
@@ -271,11 +334,18 @@ def read_sample(
         preemptions_total=total(names.preemptions, _COUNTER),
         process_start_seconds=next(iter(start.values())) if start else None,
         engines=max(len(waiting), 1),
+        ttft_buckets=_histogram(scan, names.ttft, model) if ttft else None,
+        itl_buckets=_histogram(scan, names.itl, model) if itl else None,
     )
 
 
 def read_sample_reference(
-    text: str, engine: Engine = "vllm", model: str | None = None
+    text: str,
+    engine: Engine = "vllm",
+    model: str | None = None,
+    *,
+    ttft: bool = False,
+    itl: bool = False,
 ) -> EngineSample | None:
     """The same reading over prometheus_client's full parse: slow (every family), lenient.
 
@@ -307,6 +377,13 @@ def read_sample_reference(
         per = first(ns)
         return None if per is None else sum(per.values())
 
+    def hist(ns: tuple[str, ...]) -> Buckets | None:
+        for n in ns:
+            if f"{n}_bucket" in samples:
+                per = _per_le(samples[f"{n}_bucket"])
+                return None if per is None else histogram.from_series(per)
+        return None
+
     start = samples.get(START_TIME)
     return EngineSample(
         waiting=sum(waiting.values()) + sum(swapped.values()),
@@ -318,4 +395,6 @@ def read_sample_reference(
         preemptions_total=total(names.preemptions),
         process_start_seconds=next(iter(start.values())) if start else None,
         engines=max(len(waiting), 1),
+        ttft_buckets=hist(names.ttft) if ttft else None,
+        itl_buckets=hist(names.itl) if itl else None,
     )

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
 
+from scaler.core.histogram import Buckets
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSample:
@@ -25,6 +27,9 @@ class EngineSample:
     preemptions_total: float | None = None
     process_start_seconds: float | None = None  # process_start_time_seconds, for reset detection
     engines: int = 1
+    # vLLM histograms (cumulative, summed over engines; bounds as exported), None = absent.
+    ttft_buckets: Buckets | None = None  # vllm:time_to_first_token_seconds
+    itl_buckets: Buckets | None = None  # vllm:inter_token_latency_seconds (older: per output token)
 
 
 class TargetPhase(Enum):
@@ -43,6 +48,11 @@ class TargetState:
     error: str | None = None  # latest scrape error; None if the latest scrape succeeded
     tokens_per_s: float | None = None  # prompt+generation tokens/s from counter deltas
     preemptions_per_s: float | None = None
+    # Histogram observations since the previous good scrape, set only in the update that
+    # brought a new sample (so a held sample is never counted twice); None after a reset.
+    ttft_delta: Buckets | None = None
+    itl_delta: Buckets | None = None
+    delta_s: float | None = None  # interval those deltas cover
 
     def fresh(self, now: float, stale_after: float) -> bool:
         return self.sampled_at is not None and now - self.sampled_at <= stale_after
@@ -63,6 +73,11 @@ class ServiceLoad:
     tokens_per_s: float | None  # sum over ready targets with a rate; None = no rate yet
     complete: bool  # every serving target has fresh data
     reason: str = ""  # why the data is incomplete, for the SRE
+    # SLO measurement this cycle (vLLM only): histogram deltas summed over the fresh targets
+    # that have one; requests/s = first tokens per second, scaled to every fresh target.
+    ttft: Buckets | None = None
+    itl: Buckets | None = None
+    requests_per_s: float | None = None
 
     @property
     def current(self) -> int:
@@ -97,6 +112,8 @@ class ScrapeJob:
     model: str | None = None
     path: str = "/metrics"
     scheme: str = "http"
+    ttft: bool = False  # also read the TTFT histogram (a service with an SLO)
+    itl: bool = False  # also read the inter-token latency histogram (slo.itlSeconds set)
 
 
 @dataclass(frozen=True, slots=True)

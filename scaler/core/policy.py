@@ -18,11 +18,13 @@ Per cycle:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scaler.config import InferenceService
-from scaler.core.decision import ServiceDecision, SignalVerdict
+from scaler.core import slo as slo_signal
+from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
 from scaler.core.load import ServiceLoad
+from scaler.core.slo import Learned, SloEntry
 
 # The queue signal scales down only when waiting per replica is below this fraction of its
 # threshold, and holds in between: a queue is a saturation symptom, not a linear load
@@ -35,12 +37,14 @@ HPA_DEFAULT_TOLERANCE = 0.1
 
 _EPS = 1e-9  # float slack so that e.g. 4 x 0.8 / 0.8 does not ceil to 5
 
-SIGNALS = ("queue", "kv-cache", "concurrency", "throughput")
+SIGNALS = ("queue", "kv-cache", "concurrency", "throughput", "slo", "forecast")
 _UNITS = {
     "queue": "waiting/replica",
     "kv-cache": "KV usage",
     "concurrency": "running/replica",
     "throughput": "tok/s/replica",
+    "slo": "attainment",
+    "forecast": "replicas predicted",
 }
 
 
@@ -56,6 +60,10 @@ class PolicyState:
     lowered_at: float | None = None  # last scale-down step (step rate limit)
     window: tuple[tuple[float, int], ...] = ()  # (time, recommendation) in the stabilization window
     batch_per_replica: float | None = None  # learned requests a saturated replica runs at once
+    # SLO signal (services with `slo:`): measurements of the last slo.windowSeconds, the
+    # learned requests/s per ready replica at the objective and when it last changed.
+    slo_window: tuple[SloEntry, ...] = ()
+    learned: Learned = field(default_factory=Learned)
 
 
 def _ceil(x: float) -> int:
@@ -226,7 +234,12 @@ def max_tolerance_for_single_steps(max_replicas: int) -> float:
 
 
 def decide(
-    svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float
+    svc: InferenceService,
+    load: ServiceLoad,
+    prev: PolicyState | None,
+    now: float,
+    *,
+    forecast: SignalVerdict | None = None,
 ) -> tuple[ServiceDecision, PolicyState]:
     """One cycle's target for one service and the state to pass back next cycle.
 
@@ -234,6 +247,8 @@ def decide(
     service was added); `now` is monotonic seconds. `desired` is None only when there is no
     usable data and no previous target; stale or partial data holds
     max(previous target, current replicas, minReplicas), capped at maxReplicas.
+    `forecast` (from `core.forecast`, through `core.cycle.step`): replicas predicted ahead
+    of a ramp, one more signal that can only add (never read when data is missing).
     """
     lo, hi = svc.minReplicas, svc.maxReplicas
     prev_desired = prev.desired if prev is not None else None
@@ -249,6 +264,17 @@ def decide(
     cold = _cold_start_cap(svc, load, prev, now)
     batch = prev.batch_per_replica if prev is not None else None
     verdicts = signal_verdicts(svc, load, waiting_cap=cold, batch=batch)
+    slo_window: tuple[SloEntry, ...] = ()
+    learned = prev.learned if prev is not None else Learned()
+    slo_status: SloStatus | None = None
+    if svc.slo is not None:
+        slo_window = slo_signal.observe(svc.slo, load, prev.slo_window if prev else (), now)
+        v, slo_status = slo_signal.verdict(
+            svc, load, slo_window, learned.capacity_rps, prev.raised_at if prev else None, now
+        )
+        verdicts = (*verdicts, v)
+    if forecast is not None:
+        verdicts = (*verdicts, forecast)
     readings = [v for v in verdicts if not v.abstain]
     if not readings:
         why = "; ".join(f"{v.signal}: {v.note}" for v in verdicts) or "no signal enabled"
@@ -318,6 +344,11 @@ def decide(
                 f"step <= {sd.maxStepReplicas}"
             )
 
+    if svc.slo is not None:
+        # The raise this cycle answers what was measured: judge it against the one before.
+        learned = slo_signal.learn(
+            svc, load, slo_window, learned, prev.raised_at if prev else None, now
+        )
     state = PolicyState(
         desired=desired,
         updated_at=now,
@@ -327,9 +358,19 @@ def decide(
         lowered_at=lowered_at,
         window=window,
         batch_per_replica=learn_batch(svc, load, batch),
+        slo_window=slo_window,
+        learned=learned,
     )
     decision = _decision(
-        svc, load, desired, reason, verdicts, fresh=not abstaining, by=by, recommended=wanted
+        svc,
+        load,
+        desired,
+        reason,
+        verdicts,
+        fresh=not abstaining,
+        by=by,
+        recommended=wanted,
+        slo=slo_status,
     )
     return decision, state
 
@@ -344,6 +385,7 @@ def _decision(
     fresh: bool,
     by: str,
     recommended: int | None,
+    slo: SloStatus | None = None,
 ) -> ServiceDecision:
     return ServiceDecision(
         name=svc.name,
@@ -359,6 +401,7 @@ def _decision(
         decided_by=by,
         recommended=recommended,
         hpa_note=hpa_tolerance_note(desired, load.current),
+        slo=slo,
     )
 
 
@@ -436,6 +479,8 @@ def _hold(
         lowered_at=prev.lowered_at if prev else None,
         window=window,
         batch_per_replica=prev.batch_per_replica if prev else None,
+        slo_window=prev.slo_window if prev else (),
+        learned=prev.learned if prev else Learned(),
     )
     decision = _decision(svc, load, desired, reason, verdicts, fresh=False, by=by, recommended=None)
     return decision, state
@@ -460,6 +505,23 @@ def format_decision(d: ServiceDecision) -> str:
             lines.append(
                 f"  {v.signal:<12} {value:>10} {_num(v.target):>10} {asks:>5}  {note}".rstrip()
             )
+    if d.slo is not None:
+        lines.append("  " + format_slo(d.slo))
     if d.hpa_note:
         lines.append(f"  hpa: {d.hpa_note}")
     return "\n".join(lines)
+
+
+def format_slo(s: SloStatus) -> str:
+    """One line: the objective, what was measured, the learned capacity."""
+    att = "not measured yet" if s.attainment is None else f"{s.attainment:.2%}"
+    line = (
+        f"slo: objective {s.objective:.2%} of requests with TTFT <= {s.ttft_s:g} s over "
+        f"{s.window_s:.0f} s; measured {att} of {s.requests:.0f} requests"
+    )
+    if s.itl_s is not None:
+        itl = "-" if s.itl_attainment is None else f"{s.itl_attainment:.2%}"
+        line += f"; inter-token <= {s.itl_s:g} s: {itl}"
+    rate = "-" if s.requests_per_s is None else f"{s.requests_per_s:.3g}"
+    cap = "not learned yet" if s.capacity_rps is None else f"{s.capacity_rps:.3g} req/s/replica"
+    return line + f"; {rate} req/s; capacity at the objective {cap}"

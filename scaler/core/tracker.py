@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from scaler.core import histogram
+from scaler.core.histogram import Buckets
 from scaler.core.load import Endpoint, EngineSample, ScrapeResult, TargetState
 
 log = logging.getLogger("scaler.targets")
@@ -30,7 +32,11 @@ def _restarted(prev: EngineSample, cur: EngineSample) -> bool:
         (prev.generation_tokens_total, cur.generation_tokens_total),
         (prev.preemptions_total, cur.preemptions_total),
     )
-    return any(p is not None and c is not None and c < p for p, c in pairs)
+    if any(p is not None and c is not None and c < p for p, c in pairs):
+        return True
+    return histogram.decreased(prev.ttft_buckets, cur.ttft_buckets) or histogram.decreased(
+        prev.itl_buckets, cur.itl_buckets
+    )
 
 
 def _delta(prev: float | None, cur: float | None) -> float | None:
@@ -55,6 +61,10 @@ class _Memory:
     tokens_per_s: float | None
     preemptions_per_s: float | None
     resets: int
+    # Histogram deltas over the last interval (None: first sample, reset, too long a gap).
+    ttft_delta: Buckets | None = None
+    itl_delta: Buckets | None = None
+    delta_s: float | None = None
 
 
 class TargetTracker:
@@ -71,22 +81,26 @@ class TargetTracker:
         self._last_error: dict[tuple[str, str], str | None] = {}
         self._max_dt = max_rate_interval_s
 
-    def _rates(
-        self, mem: _Memory | None, s: EngineSample, at: float
-    ) -> tuple[float | None, float | None, int]:
+    def _advance(self, mem: _Memory | None, s: EngineSample, at: float) -> _Memory:
+        """The memory after a new good sample: rates and histogram deltas since the last."""
         if mem is None:
-            return None, None, 0
+            return _Memory(s, at, None, None, 0)
         if _restarted(mem.sample, s):
-            return None, None, mem.resets + 1
+            return _Memory(s, at, None, None, mem.resets + 1)
         dt = at - mem.at
         if dt <= 0 or (self._max_dt is not None and dt > self._max_dt):
-            return None, None, mem.resets
+            return _Memory(s, at, None, None, mem.resets)
         dtok = _tokens_delta(mem.sample, s)
         dpre = _delta(mem.sample.preemptions_total, s.preemptions_total)
-        return (
+        return _Memory(
+            s,
+            at,
             None if dtok is None else dtok / dt,
             None if dpre is None else dpre / dt,
             mem.resets,
+            histogram.delta(mem.sample.ttft_buckets, s.ttft_buckets),
+            histogram.delta(mem.sample.itl_buckets, s.itl_buckets),
+            dt,
         )
 
     def update(
@@ -99,13 +113,14 @@ class TargetTracker:
             live.add(key)
             res = results.get(ep.address)
             mem = self._mem.get(key)
+            new = False
             if res is not None and res.sample is not None:
                 if mem is not None and res.at <= mem.at:
                     pass  # an older (or the same) result: keep what we have
                 else:
-                    tps, pps, resets = self._rates(mem, res.sample, res.at)
-                    mem = _Memory(res.sample, res.at, tps, pps, resets)
+                    mem = self._advance(mem, res.sample, res.at)
                     self._mem[key] = mem
+                    new = True
             error = "not scraped" if res is None else res.error
             self._log_change(service, ep.address, error)
             states.append(
@@ -117,6 +132,10 @@ class TargetTracker:
                     error=error,
                     tokens_per_s=mem.tokens_per_s if mem else None,
                     preemptions_per_s=mem.preemptions_per_s if mem else None,
+                    # Only with the sample that brought them: a held sample adds nothing.
+                    ttft_delta=mem.ttft_delta if mem and new else None,
+                    itl_delta=mem.itl_delta if mem and new else None,
+                    delta_s=mem.delta_s if mem and new else None,
                 )
             )
         for key in [k for k in self._mem if k[0] == service and k not in live]:

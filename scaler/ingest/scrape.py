@@ -267,7 +267,13 @@ class Scraper:
                     async with asyncio.timeout(self._timeout_s):
                         body = await self._fetch(job, headers)
             size = len(body)
-            sample = read_sample(body.decode("utf-8", errors="replace"), job.engine, job.model)
+            sample = read_sample(
+                body.decode("utf-8", errors="replace"),
+                job.engine,
+                job.model,
+                ttft=job.ttft,
+                itl=job.itl,
+            )
             if sample is None:
                 outcome, error = "no_data", "no engine metrics (is --disable-log-stats set?)"
         except TimeoutError:

@@ -1,0 +1,500 @@
+"""The SLO signal end to end below the policy: vLLM's histograms read from the exposition,
+per-target deltas (reset-safe), sums per service, attainment with interpolation, the learned
+capacity and the replicas the slo signal asks for. Table-driven; times are injected."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from scaler.config import InferenceService
+from scaler.core import histogram
+from scaler.core.aggregate import aggregate
+from scaler.core.exposition import read_sample, read_sample_reference
+from scaler.core.histogram import Buckets
+from scaler.core.load import (
+    Endpoint,
+    EngineSample,
+    ScrapeJob,
+    ScrapeResult,
+    ServiceLoad,
+    TargetPhase,
+)
+from scaler.core.policy import PolicyState, decide, format_decision
+from scaler.core.slo import Learned, SloEntry, learn, measure, observe, verdict
+from scaler.core.tracker import TargetTracker
+from tests.support.paths import FIXTURES
+
+INF = math.inf
+# vLLM 0.32's TTFT bounds (part): the objective 2 s sits inside (1.0, 2.5].
+BOUNDS = (0.5, 1.0, 2.5, 5.0, INF)
+
+
+def hist(*counts: float, bounds: Sequence[float] = BOUNDS) -> Buckets:
+    return tuple(zip(bounds, counts, strict=True))
+
+
+# --- histogram helpers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("b", "x", "expected"),
+    [
+        pytest.param(hist(10, 20, 30, 40, 40), 1.0, 20, id="on-a-bound"),
+        # (1.0, 2.5] holds 10: 2 s is 2/3 of the way -> 20 + 10 x 2/3.
+        pytest.param(hist(10, 20, 30, 40, 40), 2.0, 20 + 10 * (1.0 / 1.5), id="interpolated"),
+        pytest.param(hist(10, 20, 30, 40, 40), 0.25, 5, id="first-bucket-from-zero"),
+        pytest.param(hist(10, 20, 30, 40, 50), 100.0, 40, id="beyond-last-finite-bound"),
+        pytest.param(hist(0, 0, 0, 0, 0), 2.0, 0, id="empty"),
+    ],
+)
+def test_within_interpolates_like_histogram_quantile(b: Buckets, x: float, expected: float) -> None:
+    assert histogram.within(b, x) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("prev", "cur", "expected"),
+    [
+        pytest.param(hist(1, 2, 3, 4, 4), hist(2, 4, 6, 8, 9), hist(1, 2, 3, 4, 5), id="growth"),
+        pytest.param(None, hist(1, 1, 1, 1, 1), None, id="first-sample"),
+        pytest.param(hist(5, 5, 5, 5, 5), hist(1, 1, 1, 1, 1), None, id="decrease-is-reset"),
+        pytest.param(
+            hist(1, 1, 1, 1, 1),
+            hist(1, 1, 1, 2, bounds=(0.5, 1.0, 2.5, INF)),
+            None,
+            id="bounds-changed",
+        ),
+    ],
+)
+def test_delta_never_invents_or_goes_negative(
+    prev: Buckets | None, cur: Buckets, expected: Buckets | None
+) -> None:
+    assert histogram.delta(prev, cur) == expected
+
+
+def test_add_and_from_series() -> None:
+    assert histogram.add([hist(1, 2, 3, 4, 4), hist(1, 1, 1, 1, 2)]) == hist(2, 3, 4, 5, 6)
+    assert histogram.add([]) is None
+    assert histogram.add([hist(1, 1, 1, 1, 1), ((1.0, 1.0), (INF, 1.0))]) is None
+    assert histogram.from_series({1.0: 3.0, INF: 2.0}) is None  # not cumulative
+    assert histogram.from_series({1.0: 3.0}) is None  # no +Inf bucket
+
+
+# --- exposition -----------------------------------------------------------------------
+
+
+def test_reads_real_vllm_ttft_and_itl_histograms() -> None:
+    text = (FIXTURES / "metrics_after_load.txt").read_text()
+    plain = read_sample(text)
+    assert plain is not None and plain.ttft_buckets is None  # only for services with an SLO
+    s = read_sample(text, ttft=True, itl=True)
+    assert s is not None and s.ttft_buckets is not None and s.itl_buckets is not None
+    assert s.ttft_buckets[-1] == (INF, 40.0)
+    assert dict(s.ttft_buckets)[1.0] == 32.0 and dict(s.ttft_buckets)[2.5] == 40.0
+    assert len(s.ttft_buckets) == 23  # the capture's own bounds, not a hard-coded list
+    assert s.itl_buckets[-1] == (INF, 7960.0)
+    assert s == read_sample_reference(text, ttft=True, itl=True)
+    other = read_sample(text, "vllm", "other-model", ttft=True)
+    assert other is None  # that pod does not serve the model
+
+
+def _rewrite_bucket(text: str, le: str, value: str) -> str:
+    prefix = f'vllm:time_to_first_token_seconds_bucket{{engine="0",le="{le}"'
+    out = []
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            line = line[: line.rindex(" ")] + " " + value
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_non_cumulative_histogram_drops_only_the_slo_measurement() -> None:
+    text = _rewrite_bucket((FIXTURES / "metrics_after_load.txt").read_text(), "2.5", "1.0")
+    s = read_sample(text, ttft=True)
+    assert s is not None and s.ttft_buckets is None  # never trusted ...
+    assert s.prompt_tokens_total == 1640.0  # ... and the rest of the target still reads
+
+
+# --- tracker and aggregate ------------------------------------------------------------
+
+
+def sample(ttft: Buckets | None, start: float = 1000.0) -> EngineSample:
+    return EngineSample(0.0, 4.0, 0.2, 0.2, 100.0, 100.0, 0.0, start, ttft_buckets=ttft)
+
+
+def ok(address: str, at: float, s: EngineSample) -> ScrapeResult:
+    return ScrapeResult(ScrapeJob(address), s, None, at, 0.01)
+
+
+TRACKER_CASES: dict[str, list[tuple[float, EngineSample | None, Buckets | None]]] = {
+    # (time, sample or None = failed scrape, expected delta)
+    "steady": [
+        (0, sample(hist(0, 0, 0, 0, 0)), None),
+        (5, sample(hist(4, 8, 10, 10, 10)), hist(4, 8, 10, 10, 10)),
+        (10, sample(hist(4, 9, 12, 12, 12)), hist(0, 1, 2, 2, 2)),
+    ],
+    "failed-scrape-holds-sample-but-adds-nothing": [
+        (0, sample(hist(0, 0, 0, 0, 0)), None),
+        (5, sample(hist(1, 1, 1, 1, 1)), hist(1, 1, 1, 1, 1)),
+        (10, None, None),  # the held sample must not count its delta a second time
+        (15, sample(hist(2, 2, 2, 2, 2)), hist(1, 1, 1, 1, 1)),
+    ],
+    "histogram-decrease-is-reset": [
+        (0, sample(hist(50, 50, 50, 50, 50)), None),
+        (5, sample(hist(1, 1, 1, 1, 1)), None),
+        (10, sample(hist(2, 3, 3, 3, 3)), hist(1, 2, 2, 2, 2)),
+    ],
+    "new-process-is-reset-even-if-counts-grew": [
+        (0, sample(hist(1, 1, 1, 1, 1), start=1000.0)),
+        (5, sample(hist(5, 5, 5, 5, 5), start=2000.0), None),
+    ],
+    "histogram-appears": [
+        (0, sample(None), None),
+        (5, sample(hist(1, 1, 1, 1, 1)), None),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", TRACKER_CASES.values(), ids=TRACKER_CASES.keys())
+def test_tracker_histogram_deltas(steps: list[Any]) -> None:
+    tracker = TargetTracker()
+    ep = [Endpoint("a:1", TargetPhase.SERVING)]
+    for step in steps:
+        at, s = step[0], step[1]
+        expected = step[2] if len(step) > 2 else None
+        results = {} if s is None else {"a:1": ok("a:1", at, s)}
+        if s is None:
+            results = {"a:1": ScrapeResult(ScrapeJob("a:1"), None, "timeout", at, 2.0, "timeout")}
+        (state,) = tracker.update("chat", ep, results)
+        assert state.ttft_delta == expected, f"t={at}"
+        if expected is not None:  # the interval since the previous good sample
+            assert state.delta_s is not None and state.delta_s >= 5.0
+
+
+def test_aggregate_sums_deltas_and_scales_the_request_rate() -> None:
+    tracker = TargetTracker()
+    eps = [Endpoint(a, TargetPhase.SERVING) for a in ("a:1", "b:1", "c:1")]
+    zero = hist(0, 0, 0, 0, 0)
+    tracker.update("chat", eps, {a: ok(a, 0, sample(zero)) for a in ("a:1", "b:1")})
+    states = tracker.update(
+        "chat",
+        eps,
+        {
+            "a:1": ok("a:1", 5, sample(hist(5, 10, 10, 10, 10))),
+            "b:1": ok("b:1", 5, sample(hist(0, 10, 15, 20, 20))),
+            "c:1": ok("c:1", 5, sample(zero)),  # first sample: no delta yet
+        },
+    )
+    load = aggregate("chat", states, 5.0, 30.0)
+    assert load.ttft == hist(5, 20, 25, 30, 30)
+    # a: 2 req/s, b: 4 req/s; c has no delta yet and carries their mean (3): 9 req/s.
+    assert load.requests_per_s == pytest.approx(9.0)
+
+
+# --- the slo signal -------------------------------------------------------------------
+
+
+def make_svc(**slo: Any) -> InferenceService:
+    return InferenceService.model_validate(
+        {
+            "name": "chat",
+            "gpusPerReplica": 4,
+            "maxReplicas": 40,
+            "targets": {"static": ["10.0.0.5:8000"]},
+            "thresholds": {"waitingPerReplica": 5},
+            "scaleDown": {"stabilizationSeconds": 300},
+            "coldStartSeconds": 120,
+            "slo": {"ttftSeconds": 2, "attainment": 0.99, "windowSeconds": 300, **slo},
+        }
+    )
+
+
+def make_load(ttft: Buckets | None, rps: float | None, ready: int = 10, **kw: Any) -> ServiceLoad:
+    base: dict[str, Any] = {
+        "name": "chat",
+        "ready": ready,
+        "starting": 0,
+        "unhealthy": 0,
+        "waiting": 0.0,
+        "running": 2.0 * ready,
+        "kv_usage_mean": 0.2,
+        "kv_usage_max": 0.2,
+        "tokens_per_s": 1000.0,
+        "complete": True,
+        "ttft": ttft,
+        "requests_per_s": rps,
+    }
+    base.update(kw)
+    return ServiceLoad(**base)
+
+
+def entries(n: int, good: float, total: float, rps: float, ready: int, t0: float = 0.0):  # type: ignore[no-untyped-def]
+    return tuple(SloEntry(t0 + 5.0 * i, good, total, rps, ready) for i in range(n))
+
+
+# Per case: window (already observed), capacity, raised_at, load (now = last entry),
+# expected replicas asked, expected substring of the note.
+VERDICTS = {
+    # window, capacity, raised_at, ready, starting, asks, note (now = last entry's time)
+    "too-few-requests-asks-nothing": (
+        entries(10, 1, 1, 0.2, 2),
+        None,
+        None,
+        2,
+        0,
+        0,
+        "not measured",
+    ),
+    "holding-without-capacity-asks-nothing": (
+        entries(60, 10, 10, 2.0, 10),
+        None,
+        None,
+        10,
+        0,
+        0,
+        "100.00% of 600",
+    ),
+    "holding-sized-by-capacity": (
+        entries(60, 10, 10, 5.0, 10),
+        0.5,
+        None,
+        10,
+        0,
+        10,
+        "capacity 0.5",
+    ),
+    "breach-adds-one": (entries(60, 9, 10, 2.0, 10), None, None, 10, 0, 11, "below objective"),
+    "breach-sized-by-capacity": (entries(60, 9, 10, 8.0, 10), 0.5, None, 10, 0, 16, "below"),
+    "breach-with-replicas-starting-holds": (
+        entries(60, 9, 10, 2.0, 10),
+        None,
+        None,
+        10,
+        2,
+        12,
+        "replicas on the way",
+    ),
+    "breach-before-the-raise-settled-holds-not-adds": (
+        # every entry is from before raise + coldStart: the breach is answered, hold
+        entries(60, 9, 10, 2.0, 10),
+        None,
+        200.0,
+        10,
+        0,
+        10,
+        "before the last raise: holding",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("window", "capacity", "raised_at", "ready", "starting", "asks", "note"),
+    VERDICTS.values(),
+    ids=VERDICTS.keys(),
+)
+def test_slo_verdict(
+    window: tuple[SloEntry, ...],
+    capacity: float | None,
+    raised_at: float | None,
+    ready: int,
+    starting: int,
+    asks: int,
+    note: str,
+) -> None:
+    svc = make_svc()
+    now = window[-1].t
+    load = make_load(None, None, ready, starting=starting)
+    v, status = verdict(svc, load, window, capacity, raised_at, now)
+    assert (v.signal, v.replicas, v.abstain) == ("slo", asks, False)
+    assert note in v.note
+    assert status.capacity_rps == capacity
+
+
+def test_attainment_is_interpolated_over_the_window() -> None:
+    svc = make_svc()
+    assert svc.slo is not None
+    w: tuple[SloEntry, ...] = ()
+    # 100 requests per cycle: 90 within 1 s, 10 in (1, 2.5]: at 2 s, 90 + 10 x 2/3.
+    for i in range(3):
+        w = observe(svc.slo, make_load(hist(50, 90, 100, 100, 100), 20.0), w, 5.0 * i)
+    m = measure(w, svc.slo.min_requests)
+    assert m.requests == 300
+    assert m.attainment == pytest.approx((90 + 10 * 2 / 3) / 100)
+    assert m.per_replica == pytest.approx(2.0)
+    # Entries older than the window fall out.
+    w = observe(svc.slo, make_load(None, None), w, 305.0)
+    assert [e.t for e in w] == [10.0]
+
+
+# window, capacity, changed_at, raised_at, starting, now, breach_rps (of the last breach,
+# at t=0) -> expected (capacity, changed_at)
+LEARN = {
+    "first-breach-learns-90pct-of-served-rate": (
+        entries(60, 9, 10, 6.0, 10),
+        None,
+        None,
+        None,
+        0,
+        295.0,
+        None,
+        (0.54, 295.0),
+    ),
+    "breach-lowers-once-per-window": (
+        entries(60, 9, 10, 6.0, 10),
+        0.6,
+        100.0,
+        None,
+        0,
+        295.0,
+        None,
+        (0.6, 100.0),
+    ),
+    "breach-with-replicas-starting-waits": (
+        entries(60, 9, 10, 6.0, 10),
+        0.6,
+        None,
+        None,
+        2,
+        295.0,
+        None,
+        (0.6, None),
+    ),
+    "holding-at-higher-rate-proves-more": (
+        entries(60, 10, 10, 7.0, 10),
+        0.5,
+        None,
+        None,
+        0,
+        295.0,
+        None,
+        (0.7, 295.0),
+    ),
+    "comfortable-full-window-probes-up": (
+        entries(61, 10, 10, 4.5, 10),
+        0.5,
+        None,
+        None,
+        0,
+        300.0,
+        None,
+        (0.51, 300.0),
+    ),
+    "probe-stops-below-the-last-breach": (
+        entries(61, 10, 10, 4.5, 10),
+        0.5,
+        None,
+        None,
+        0,
+        300.0,
+        0.52,
+        (0.5, None),
+    ),
+    "probe-up-to-95pct-of-the-last-breach": (
+        entries(61, 10, 10, 4.5, 10),
+        0.5,
+        None,
+        None,
+        0,
+        300.0,
+        0.53,
+        (0.5035, 300.0),
+    ),
+    "holding-without-capacity-learns-nothing": (
+        entries(61, 10, 10, 4.5, 10),
+        None,
+        None,
+        None,
+        0,
+        300.0,
+        None,
+        (None, None),
+    ),
+    "barely-holding-does-not-probe": (
+        entries(61, 99.4, 100, 4.5, 10),
+        0.5,
+        None,
+        None,
+        0,
+        300.0,
+        None,
+        (0.5, None),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("window", "capacity", "changed_at", "raised_at", "starting", "now", "breach", "expected"),
+    LEARN.values(),
+    ids=LEARN.keys(),
+)
+def test_capacity_learning(
+    window: tuple[SloEntry, ...],
+    capacity: float | None,
+    changed_at: float | None,
+    raised_at: float | None,
+    starting: int,
+    now: float,
+    breach: float | None,
+    expected: tuple[float | None, float | None],
+) -> None:
+    load = make_load(None, None, starting=starting)
+    prev = Learned(capacity, changed_at, breach, None if breach is None else 0.0)
+    got = learn(make_svc(), load, window, prev, raised_at, now)
+    cap, at = got.capacity_rps, got.changed_at
+    assert at == expected[1]
+    if expected[0] is None:
+        assert cap is None
+    else:
+        assert cap == pytest.approx(expected[0])
+
+
+# --- through decide -------------------------------------------------------------------
+
+
+def run(svc: InferenceService, loads: Sequence[ServiceLoad], dt: float = 5.0) -> list[Any]:
+    state: PolicyState | None = None
+    out = []
+    for i, load in enumerate(loads):
+        d, state = decide(svc, load, state, i * dt)
+        out.append((d, state))
+    return out
+
+
+def test_breach_raises_then_learns_capacity_and_sizes_from_it() -> None:
+    svc = make_svc()
+    bad = make_load(hist(50, 80, 95, 100, 100), 6.0, ready=10, running=20.0)  # ~91 % within 2 s
+    out = run(svc, [bad] * 30)
+    d0, _ = out[20]  # enough requests (100 per cycle) from the first cycle on
+    assert out[0][0].desired == 11 and out[0][0].decided_by == "slo"
+    # learned: 90 % of the 0.6 req/s per replica served while breaching
+    cap = out[0][1].learned.capacity_rps
+    assert cap == pytest.approx(0.54)
+    # from then on sized from capacity: ceil(6 / 0.54) = 12 (and never a runaway)
+    assert {d.desired for d, _ in out[1:]} == {12}
+    assert d0.slo is not None and d0.slo.attainment is not None and d0.slo.attainment < 0.99
+    text = format_decision(d0)
+    assert "slo: objective 99.00% of requests with TTFT <= 2 s" in text
+    assert "capacity at the objective 0.54 req/s/replica" in text
+
+
+def test_slo_off_or_without_histogram_changes_nothing() -> None:
+    svc = make_svc()
+    plain = InferenceService.model_validate({**svc.model_dump(exclude={"slo"}), "slo": None})
+    load = make_load(None, None, ready=4, waiting=2.0, running=8.0)
+    a, b = run(svc, [load] * 5), run(plain, [load] * 5)
+    assert [x[0].desired for x in a] == [x[0].desired for x in b]
+    assert all(x[0].fresh for x in a)  # the slo signal never abstains: research still lends
+
+
+def test_stale_data_keeps_the_slo_memory() -> None:
+    svc = make_svc()
+    bad = make_load(hist(50, 80, 95, 100, 100), 6.0)
+    (_, st), *_ = run(svc, [bad])
+    stale = replace(bad, complete=False, unhealthy=1, ttft=None)
+    d, after = decide(svc, stale, st, 5.0)
+    assert not d.fresh and d.desired is not None and d.desired >= st.desired  # type: ignore[operator]
+    assert after.slo_window == st.slo_window and after.learned == st.learned
