@@ -1,5 +1,6 @@
 # gpu-pool-scaler image: KEDA external scaler for a shared GPU pool.
-# Build: docker build -t gpu-pool-scaler:$(git describe --tags --always) .
+# Build and push: make image REGISTRY=registry.example.com/ml (tag: the package version,
+# which the chart deploys by default; docs/install.md). Or: docker build -t gpu-pool-scaler:TAG .
 # The image is the server only; `--build-arg EXTRAS=sim` adds the simulator (numpy,
 # matplotlib, rich) so that `gpu-pool-scaler demo` runs in it too.
 # The Helm chart runs it as `gpu-pool-scaler serve --config /etc/gpu-pool-scaler/config.yaml`

@@ -69,6 +69,30 @@ bench-load: $(STAMP)
 bench-week: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 --out $(SIM_WEEK)
 
+# The scaler image and the chart package (docs/install.md). `make image` needs a docker
+# engine (none on the CI machines: it is not part of `make test`); it pushes only when
+# REGISTRY is set, e.g. `make image REGISTRY=registry.example.com/ml`. The default TAG is
+# the package version, which is also the chart's appVersion (the image tag it deploys).
+REGISTRY ?=
+IMAGE ?= gpu-pool-scaler
+TAG ?= $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE_REF := $(if $(REGISTRY),$(patsubst %/,%,$(REGISTRY))/)$(IMAGE):$(TAG)
+CHART_DIR := charts/gpu-pool-scaler
+CHART_OUT ?= dist
+
+.PHONY: image chart-package
+
+image:
+	docker build -t $(IMAGE_REF) .
+	$(if $(REGISTRY),docker push $(IMAGE_REF),@echo "REGISTRY unset: built $(IMAGE_REF) locally, not pushed")
+
+# helm lint (strict, with the minimal example values), then `helm package` into CHART_OUT;
+# push it with `helm push $(CHART_OUT)/gpu-pool-scaler-<version>.tgz oci://REGISTRY/charts`.
+chart-package:
+	@helm="$$(bash tools/install-helm.sh)" && \
+	  "$$helm" lint --strict $(CHART_DIR) -f $(CHART_DIR)/ci/minimal-values.yaml && \
+	  mkdir -p $(CHART_OUT) && "$$helm" package $(CHART_DIR) -d $(CHART_OUT)
+
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .mypy_cache .ruff_cache .hypothesis
 

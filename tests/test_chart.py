@@ -1,15 +1,18 @@
 """The Helm chart, rendered by a real `helm` binary and checked against real schemas.
 
 * `helm lint --strict` and `helm template` over every `ci/*-values.yaml`;
-* ScaledObject / ScaledJob / TriggerAuthentication against KEDA's CRD openAPIV3Schema
-  (KEDA 2.20, vendored in tests/data/keda-crds/), made strict: an unknown field fails
-  instead of being pruned;
+* ScaledObject / ScaledJob / (Cluster)TriggerAuthentication against KEDA's CRD
+  openAPIV3Schema (KEDA 2.20, vendored in tests/data/keda-crds/), made strict: an unknown
+  field fails instead of being pruned;
 * core kinds against Kubernetes' own schemas (kubernetes-validate, strict);
 * the rendered ConfigMap loads with the scaler's `load_config`, and the KEDA objects agree
   with the loaded config (names, namespaces, bounds, slots);
-* bad values fail `helm template` with the schema's or the template's message;
-* values.schema.json, the Dockerfile, the dashboard and the README cannot drift from the
-  code they describe.
+* bad values fail `helm template` with the schema's or the template's message, which
+  names the values path;
+* the research work queue's wrapped command parses with the real worker's parser;
+* `make chart-package` packages the chart; `make image` builds the tag the chart deploys;
+* values.schema.json, the Dockerfile, the dashboard, the alerts and the README cannot
+  drift from the code they describe.
 """
 
 from __future__ import annotations
@@ -63,12 +66,14 @@ RELEASE, NAMESPACE = "gps", "gpu-system"
 # kubernetes-validate ships schemas per minor; this is the version helm v4.1 assumes for
 # `.Capabilities.KubeVersion` without --kube-version.
 KUBE_VERSION = "1.35.0"
-KEDA_KINDS = {"ScaledObject", "ScaledJob", "TriggerAuthentication"}
-NOT_CORE = KEDA_KINDS | {"ServiceMonitor"}  # no Kubernetes schema for these
+KEDA_KINDS = {"ScaledObject", "ScaledJob", "TriggerAuthentication", "ClusterTriggerAuthentication"}
+NOT_CORE = KEDA_KINDS | {"ServiceMonitor", "PrometheusRule"}  # no Kubernetes schema for these
 CONFIG_PATH = "/etc/gpu-pool-scaler/config.yaml"
 SERVE_ARGS = ["serve", "--config", CONFIG_PATH]
 READ_VERBS = {"get", "list", "watch"}
 HEALTH_SERVICE = "externalscaler.ExternalScaler"  # grpc.health.v1 name of the KEDA service
+# Keys of a research entry that are the chart's, never written into config.yaml.
+RESEARCH_CHART_KEYS = {"scaledJob", "namespace", "queue"}
 
 
 # ---------------------------------------------------------------- helm plumbing ----
@@ -251,7 +256,7 @@ def test_keda_objects_match_crd_schemas(
     assert objs(docs, "ScaledObject") or objs(docs, "ScaledJob"), "no KEDA objects rendered"
     for d in docs:
         errors = sorted(keda_validators[d["kind"]].iter_errors(d), key=lambda e: list(e.path))
-        where = f"{d['kind']} {d['metadata']['namespace']}/{d['metadata']['name']}"
+        where = f"{d['kind']} {d['metadata'].get('namespace', '')}/{d['metadata']['name']}"
         assert not errors, (
             where
             + ":\n"
@@ -378,7 +383,7 @@ def test_rendered_config_written_back_is_what_values_say(
             "namespace": want["namespace"],
         }
     for got, want in zip(data["research"], values["research"], strict=True):
-        assert got == {k: v for k, v in want.items() if k != "scaledJob"}
+        assert got == {k: v for k, v in want.items() if k not in RESEARCH_CHART_KEYS}
     assert data["pool"] == values["pool"] and data["scrape"] == values["scrape"]
 
 
@@ -393,7 +398,7 @@ def test_deployment_is_secure_and_spread(
     values = ci_values(cid)
     dep = one(docs, "Deployment")
     spec = dep["spec"]
-    assert spec["replicas"] == values.get("replicaCount", 2)
+    assert spec["replicas"] == values.get("replicaCount", 1)
     pod = spec["template"]["spec"]
     psc = pod["securityContext"]
     assert (
@@ -452,15 +457,24 @@ def test_deployment_is_secure_and_spread(
 class RbacCase:
     cid: str
     cluster_resources: frozenset[str] | None  # None: no ClusterRole at all
-    role_namespaces: frozenset[str]
+    role_namespaces: frozenset[str]  # target discovery
+    hpa_namespaces: frozenset[str]  # server.hpaCheck: every inference namespace
     token: bool
 
 
+SERVING = frozenset({"serving"})
 RBAC_CASES = [
-    RbacCase("minimal", None, frozenset(), token=False),
-    RbacCase("multi-service", frozenset({"nodes", "pods"}), frozenset({"serving"}), token=True),
-    RbacCase("monitoring", frozenset({"nodes"}), frozenset({"serving"}), token=True),
-    RbacCase("tls", None, frozenset({"serving"}), token=True),
+    RbacCase("minimal", None, frozenset(), frozenset(), token=False),
+    RbacCase(
+        "multi-service",
+        frozenset({"nodes", "pods"}),
+        SERVING,
+        frozenset({"serving", "embeddings"}),
+        token=True,
+    ),
+    RbacCase("monitoring", frozenset({"nodes"}), SERVING, SERVING, token=True),
+    RbacCase("tls", None, SERVING, SERVING, token=True),
+    RbacCase("queue", None, SERVING, SERVING, token=True),
 ]
 
 
@@ -481,8 +495,31 @@ def test_rbac_is_read_only_and_only_what_is_used(
     else:
         (cr,) = cluster
         assert {r for rule in cr["rules"] for r in rule["resources"]} == case.cluster_resources
-    assert {r["metadata"]["namespace"] for r in objs(docs, "Role")} == case.role_namespaces
-    assert {b["metadata"]["namespace"] for b in objs(docs, "RoleBinding")} == case.role_namespaces
+    for kind in ("Role", "RoleBinding"):
+        found = objs(docs, kind)
+        discovery = {
+            r["metadata"]["namespace"]
+            for r in found
+            if r["metadata"]["name"].endswith("-discovery")
+        }
+        hpa = {
+            r["metadata"]["namespace"] for r in found if r["metadata"]["name"].endswith("-hpa-read")
+        }
+        assert (discovery, hpa) == (case.role_namespaces, case.hpa_namespaces), kind
+        assert len(found) == len(discovery) + len(hpa)
+    for role in objs(docs, "Role"):
+        if role["metadata"]["name"].endswith("-hpa-read"):
+            assert role["rules"] == [
+                {
+                    "apiGroups": ["autoscaling"],
+                    "resources": ["horizontalpodautoscalers"],
+                    "verbs": ["get", "list"],
+                }
+            ]
+    cfg = yaml.safe_load(
+        one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["data"]["config.yaml"]
+    )
+    assert cfg["server"]["hpaCheck"] == "auto"
     sa = one(docs, "ServiceAccount")
     for b in objs(docs, "RoleBinding") + objs(docs, "ClusterRoleBinding"):
         assert b["subjects"] == [
@@ -493,25 +530,80 @@ def test_rbac_is_read_only_and_only_what_is_used(
 
 
 @pytest.mark.parametrize("cid", CI_IDS)
-def test_priority_classes_let_inference_preempt_research(
+def test_priority_classes_let_inference_preempt_research_and_nothing_else(
     rendered: dict[str, list[dict[str, Any]]], cid: str
 ) -> None:
-    pcs = {p["metadata"]["name"]: p for p in objs(rendered[cid], "PriorityClass")}
+    docs = rendered[cid]
+    pcs = {p["metadata"]["name"]: p for p in objs(docs, "PriorityClass")}
     inf = pcs[f"{RELEASE}-gpu-pool-scaler-inference"]
     res = pcs[f"{RELEASE}-gpu-pool-scaler-research"]
+    scaler = pcs[f"{RELEASE}-gpu-pool-scaler-scaler"]
     assert inf["value"] > res["value"]
     assert inf.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority"
     assert res["preemptionPolicy"] == "Never"
-    assert not inf["globalDefault"] and not res["globalDefault"]
+    assert not any(p["globalDefault"] for p in pcs.values())
+    # The weakest setting that still gives GPUs back: inference at the level of pods
+    # without a class (0) preempts research (< 0) but never other tenants' default pods;
+    # research is below default pods too.
+    assert inf["value"] == 0 and res["value"] < 0
+    # The scaler outranks what it scales, far below the system classes.
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == scaler["metadata"]["name"]
+    assert inf["value"] < scaler["value"] < 1_000_000_000
+
+
+def test_priority_class_name_replaces_the_scaler_class(helm: Helm, tmp_path: Path) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"priorityClassName": "platform-critical"}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "platform-critical"
+    assert {p["metadata"]["name"] for p in objs(docs, "PriorityClass")} == {
+        f"{RELEASE}-gpu-pool-scaler-inference",
+        f"{RELEASE}-gpu-pool-scaler-research",
+    }
 
 
 @pytest.mark.parametrize("cid", CI_IDS)
-def test_pdb_keeps_one_scaler(rendered: dict[str, list[dict[str, Any]]], cid: str) -> None:
+def test_pdb_never_blocks_a_drain(rendered: dict[str, list[dict[str, Any]]], cid: str) -> None:
     docs = rendered[cid]
     pdb = one(docs, "PodDisruptionBudget")
     dep = one(docs, "Deployment")
-    assert 1 <= pdb["spec"]["minAvailable"] < dep["spec"]["replicas"]
-    assert pdb["spec"]["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    replicas = dep["spec"]["replicas"]
+    spec = pdb["spec"]
+    assert ("minAvailable" in spec) != ("maxUnavailable" in spec)
+    allowed = (
+        spec["maxUnavailable"] if "maxUnavailable" in spec else replicas - spec["minAvailable"]
+    )
+    assert allowed >= 1, "a drain could never evict a scaler pod"
+    assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert spec["selector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_one_scaler_replica_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Each replica has its own policy memory: one replica, so KEDA gets one answer."""
+    assert chart_defaults()["replicaCount"] == 1
+    dep = one(rendered["minimal"], "Deployment")
+    assert dep["spec"]["replicas"] == 1
+    assert one(rendered["minimal"], "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
+
+
+@pytest.mark.parametrize(("mode", "hpa_roles"), [("on", True), ("off", False)])
+def test_hpa_check_mode_decides_the_hpa_roles(
+    helm: Helm, tmp_path: Path, mode: str, hpa_roles: bool
+) -> None:
+    """`on` with static targets and capacity still needs the API (and a token); `off` with
+    node capacity adds no HPA Role."""
+    base = CHART / "ci" / ("minimal-values.yaml" if mode == "on" else "monitoring-values.yaml")
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"server": {"hpaCheck": mode, "hpaCheckSeconds": 30}}))
+    docs = helm.render(base, f)
+    roles = [r for r in objs(docs, "Role") if r["metadata"]["name"].endswith("-hpa-read")]
+    assert bool(roles) is hpa_roles
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
+    cfg = loaded_config(docs, tmp_path)
+    assert (cfg.server.hpaCheck, cfg.server.hpaCheckSeconds) == (mode, 30)
 
 
 def test_set_flags_render_like_values_files(helm: Helm, tmp_path: Path) -> None:
@@ -520,7 +612,8 @@ def test_set_flags_render_like_values_files(helm: Helm, tmp_path: Path) -> None:
         CHART / "ci" / "minimal-values.yaml",
         extra=(
             "--set",
-            "replicaCount=3,podDisruptionBudget.minAvailable=2,inference[0].minReplicas=2,"
+            "replicaCount=3,podDisruptionBudget.maxUnavailable=null,"
+            "podDisruptionBudget.minAvailable=2,inference[0].minReplicas=2,"
             "inference[0].maxReplicas=1000,server.grpcPort=9000,scrape.maxBodyBytes=16777216",
         ),
     )
@@ -540,15 +633,20 @@ def test_old_clusters_are_refused(helm: Helm) -> None:
     assert "requires kubeVersion: >=1.27.0-0" in proc.stderr, proc.stderr
 
 
+def _notes(helm: Helm, *values: Path) -> str:
+    args = ["install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client"]
+    for v in values:
+        args += ["-f", str(v)]
+    proc = helm.run(*args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split("\nNOTES:\n", 1)[1]
+
+
 @pytest.mark.parametrize("values", CI_FILES, ids=CI_IDS)
 def test_notes_show_the_scaler_address_and_how_to_check_each_object(
     helm: Helm, rendered: dict[str, list[dict[str, Any]]], values: Path
 ) -> None:
-    proc = helm.run(
-        "install", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client", "-f", str(values)
-    )
-    assert proc.returncode == 0, proc.stderr
-    notes = proc.stdout.split("\nNOTES:\n", 1)[1]
+    notes = _notes(helm, values)
     docs = rendered[values.name.removesuffix("-values.yaml")]
     keda = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
     assert keda[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"] in notes
@@ -585,29 +683,51 @@ def test_per_service_overrides_win_even_when_false_or_empty(helm: Helm, tmp_path
 # ---------------------------------------------------------------- HPA tolerance ----
 
 TOLERANCE_CASES = [
-    # (id, kube version, toleranceMode, expected tolerance or None)
-    ("auto-1.32-omitted", "1.32.0", "auto", None),
-    ("auto-1.33-set", "1.33.0", "auto", "0"),
-    ("auto-1.35-set", "1.35.2", "auto", "0"),
-    ("always-on-1.30", "1.30.0", "always", "0"),
-    ("never-on-1.35", "1.35.0", "never", None),
+    # (id, kube version, tolerance asked for, toleranceMode, expected tolerance or None)
+    ("default-unset-on-1.35", "1.35.0", None, "auto", None),
+    ("auto-1.32-omitted", "1.32.0", "0", "auto", None),
+    ("auto-1.33-set", "1.33.0", "0", "auto", "0"),
+    ("auto-1.35-set", "1.35.2", "0.05", "auto", "0.05"),
+    ("always-on-1.30", "1.30.0", "0", "always", "0"),
+    ("never-on-1.35", "1.35.0", "0", "never", None),
 ]
 
 
 @pytest.mark.parametrize(
-    ("kube", "mode", "want"), [c[1:] for c in TOLERANCE_CASES], ids=[c[0] for c in TOLERANCE_CASES]
+    ("kube", "tolerance", "mode", "want"),
+    [c[1:] for c in TOLERANCE_CASES],
+    ids=[c[0] for c in TOLERANCE_CASES],
 )
-def test_hpa_tolerance_follows_cluster_version(
-    helm: Helm, tmp_path: Path, kube: str, mode: str, want: str | None
+def test_hpa_tolerance_only_when_asked_and_notes_say_which_applies(
+    helm: Helm, tmp_path: Path, kube: str, tolerance: str | None, mode: str, want: str | None
 ) -> None:
+    """Unset by default: a cluster without HPAConfigurableTolerance (or KEDA < 2.18) drops
+    the field silently, so the chart renders it only when asked and NOTES.txt says which
+    tolerance is in force and how to read it back from the HPA."""
+    so: dict[str, Any] = {"toleranceMode": mode}
+    if tolerance is not None:
+        so["tolerance"] = tolerance
     override = tmp_path / "tol.yaml"
-    override.write_text(yaml.safe_dump({"keda": {"scaledObject": {"toleranceMode": mode}}}))
-    docs = helm.render(CHART / "ci" / "minimal-values.yaml", override, kube_version=kube)
-    behavior = one(docs, "ScaledObject")["spec"]["advanced"]["horizontalPodAutoscalerConfig"][
-        "behavior"
-    ]
+    override.write_text(yaml.safe_dump({"keda": {"scaledObject": so}}))
+    minimal = CHART / "ci" / "minimal-values.yaml"
+    docs = helm.render(minimal, override, kube_version=kube)
+    so_obj = one(docs, "ScaledObject")
+    behavior = so_obj["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
     for direction in ("scaleUp", "scaleDown"):
         assert behavior[direction].get("tolerance") == want, direction
+
+    if kube != KUBE_VERSION and not kube.startswith("1.35."):
+        return  # `helm install --dry-run` (NOTES) has no --kube-version: helm's own is 1.35
+    notes = _notes(helm, minimal, override)
+    hpa = f"keda-hpa-{so_obj['metadata']['name']}"
+    if want is None:
+        assert "chat: the HPA's cluster-wide default, 10 %" in notes
+        assert "HPAConfigurableTolerance" not in notes
+    else:
+        assert f"chat (gpu-system): tolerance {want}: requested, but in force ONLY if" in notes
+        for condition in ("HPAConfigurableTolerance", "KEDA is >= 2.18", "from 1.35"):
+            assert condition in notes
+        assert f"get hpa {hpa} -o jsonpath='{{.spec.behavior.scaleUp.tolerance}}'" in notes, notes
 
 
 # ---------------------------------------------------------------- TLS ----
@@ -624,6 +744,7 @@ def test_tls_wires_secrets_by_reference_only(
         d["metadata"]["namespace"] for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}
     }
     auths = objs(docs, "TriggerAuthentication")
+    assert not objs(docs, "ClusterTriggerAuthentication")
     assert {a["metadata"]["namespace"] for a in auths} == keda_ns == {"serving", "research"}
     secret = values["keda"]["auth"]["secretName"]
     for a in auths:
@@ -637,7 +758,7 @@ def test_tls_wires_secrets_by_reference_only(
         if d["kind"] in {"ScaledObject", "ScaledJob"}:
             (trigger,) = d["spec"]["triggers"]
             assert trigger["metadata"]["enableTLS"] == "true"
-            assert trigger["authenticationRef"]["name"] == auths[0]["metadata"]["name"]
+            assert trigger["authenticationRef"] == {"name": auths[0]["metadata"]["name"]}
             # addressVia: clusterIP → the normal Service, whose name the cert must carry.
             assert trigger["metadata"]["scalerAddress"].startswith(f"{RELEASE}-gpu-pool-scaler.")
     assert not objs(docs, "Secret"), "the chart must never render key material"
@@ -729,6 +850,573 @@ def test_network_policy_admits_only_keda_to_grpc(rendered: dict[str, list[dict[s
     assert {53, 8000, 443} <= egress_ports  # DNS, vLLM /metrics, API server
 
 
+# ---------------------------------------------------------------- image + packaging ----
+
+IMAGE_CASES = [
+    # (id, values, expected image; {app} = the chart's appVersion)
+    ("no-registry", {}, "gpu-pool-scaler:{app}"),
+    (
+        "registry",
+        {"image": {"registry": "registry.example.com/ml"}},
+        "registry.example.com/ml/gpu-pool-scaler:{app}",
+    ),
+    (
+        "global-registry-wins",
+        {"global": {"imageRegistry": "mirror.local:5000/"}, "image": {"registry": "r.example"}},
+        "mirror.local:5000/gpu-pool-scaler:{app}",
+    ),
+    (
+        "tag",
+        {"image": {"registry": "r.example", "tag": "1.2.3"}},
+        "r.example/gpu-pool-scaler:1.2.3",
+    ),
+    (
+        "digest-wins-over-tag",
+        {"image": {"tag": "1.2.3", "digest": "sha256:" + "a" * 64}},
+        "gpu-pool-scaler@sha256:" + "a" * 64,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("values", "want"), [c[1:] for c in IMAGE_CASES], ids=[c[0] for c in IMAGE_CASES]
+)
+def test_image_reference_follows_registry_conventions(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], want: str
+) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({**values, "imagePullSecrets": [{"name": "regcred"}]}))
+    pod = one(helm.render(CHART / "ci" / "minimal-values.yaml", f), "Deployment")["spec"][
+        "template"
+    ]["spec"]
+    app = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert pod["containers"][0]["image"] == want.format(app=app)
+    assert pod["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def _pyproject_version() -> str:
+    m = re.search(r'^version = "([^"]+)"', (REPO / "pyproject.toml").read_text(), re.M)
+    assert m
+    return m.group(1)
+
+
+def test_make_image_builds_and_pushes_the_tag_the_chart_deploys(helm: Helm, tmp_path: Path) -> None:
+    """No docker engine here: `make -n` shows the commands. The default tag is the package
+    version, which is the chart's appVersion, so `image.registry` alone deploys it."""
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == _pyproject_version() == chart["version"]
+
+    def dry(*args: str) -> list[str]:
+        proc = subprocess.run(
+            ["make", "-n", "--no-print-directory", "image", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip().splitlines()
+
+    ref = f"registry.example.com/ml/gpu-pool-scaler:{chart['appVersion']}"
+    assert dry("REGISTRY=registry.example.com/ml") == [
+        f"docker build -t {ref} .",
+        f"docker push {ref}",
+    ]
+    local = dry()
+    assert local[0] == f"docker build -t gpu-pool-scaler:{chart['appVersion']} ."
+    assert "not pushed" in local[1] and not any("docker push" in x for x in local)
+    assert (
+        dry("REGISTRY=r.example/", "IMAGE=gps", "TAG=dev")[0]
+        == "docker build -t r.example/gps:dev ."
+    )
+
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"image": {"registry": "registry.example.com/ml"}}))
+    dep = one(helm.render(CHART / "ci" / "minimal-values.yaml", f), "Deployment")
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == ref
+
+
+def test_make_chart_package_builds_an_installable_chart(helm: Helm, tmp_path: Path) -> None:
+    out = tmp_path / "dist"
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "chart-package", f"CHART_OUT={out}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=helm.env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    tgz = out / f"gpu-pool-scaler-{version}.tgz"
+    assert tgz.is_file(), sorted(out.iterdir())
+    minimal = str(CHART / "ci" / "minimal-values.yaml")
+    from_dir = helm.run("template", RELEASE, str(CHART), "-n", NAMESPACE, "-f", minimal)
+    from_tgz = helm.run("template", RELEASE, str(tgz), "-n", NAMESPACE, "-f", minimal)
+    assert from_tgz.returncode == 0, from_tgz.stderr
+    assert from_tgz.stdout == from_dir.stdout  # the package is the chart, schema included
+    bad = helm.run(
+        "template", RELEASE, str(tgz), "--set", "inference[0].minReplicas=-1", "-f", minimal
+    )
+    assert "at '/inference/0/minReplicas'" in bad.stderr
+
+
+def test_install_doc_example_renders_and_names_the_real_commands(
+    helm: Helm, tmp_path: Path
+) -> None:
+    doc = (REPO / "docs" / "install.md").read_text()
+    for command in (
+        "make image REGISTRY=",
+        "make chart-package",
+        "helm push",
+        "oci://",
+        "helm install",
+        "kubectl get scaledobject",
+        "kubectl get hpa",
+        "make cluster",
+        "](../cluster/README.md)",
+    ):
+        assert command in doc, command
+    (example,) = re.findall(r"```yaml\n# my-pool\.yaml\n(.*?)```", doc, re.S)
+    f = tmp_path / "my-pool.yaml"
+    f.write_text(example)
+    docs = helm.render(f)
+    assert objs(docs, "ScaledObject") and objs(docs, "ScaledJob")
+    loaded_config(docs, tmp_path)
+
+
+# ---------------------------------------------------------------- conventions ----
+
+EXTRA_META = {
+    "additionalLabels": {"team": "ml-platform"},
+    "additionalAnnotations": {"owner": "ml-platform@example.com"},
+    "serviceMonitor": {"enabled": True},
+    "prometheusRule": {"enabled": True},
+    "dashboards": {"enabled": True},
+    "networkPolicy": {"enabled": True},
+    "extraObjects": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}],
+}
+
+
+@pytest.mark.parametrize("values", CI_FILES, ids=CI_IDS)
+def test_additional_labels_and_annotations_reach_every_object(
+    helm: Helm, tmp_path: Path, values: Path
+) -> None:
+    f = tmp_path / "meta.yaml"
+    f.write_text(yaml.safe_dump(EXTRA_META))
+    docs = helm.render(values, f)
+    kinds = set()
+    for d in docs:
+        meta = d["metadata"]
+        if meta["name"] == "x":  # the user's own extra object is left as written
+            continue
+        kinds.add(d["kind"])
+        where = f"{d['kind']} {meta['name']}"
+        assert meta["labels"]["team"] == "ml-platform", where
+        assert meta["annotations"]["owner"] == "ml-platform@example.com", where
+    dep = one(docs, "Deployment")
+    assert dep["spec"]["template"]["metadata"]["labels"]["team"] == "ml-platform"
+    assert "team" not in dep["spec"]["selector"]["matchLabels"]  # selectors stay immutable
+    assert {"ServiceMonitor", "PrometheusRule", "PodDisruptionBudget", "NetworkPolicy"} <= kinds
+
+
+def test_extra_objects_render_through_tpl(helm: Helm, tmp_path: Path) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "extraObjects": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {"name": "{{ .Release.Name }}-extra"},
+                        "data": {"pool": "{{ .Values.pool.name }}"},
+                    },
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {{ .Release.Name }}-s\n"
+                    "type: Opaque\n",
+                ]
+            }
+        )
+    )
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    cm = one(docs, "ConfigMap", f"{RELEASE}-extra")
+    assert cm["data"] == {"pool": "shared-h100"}
+    assert one(docs, "Secret", f"{RELEASE}-s")["type"] == "Opaque"
+    kubernetes_validate.validate(cm, KUBE_VERSION, strict=True)
+
+
+def test_service_monitor_options(helm: Helm, tmp_path: Path) -> None:
+    f = tmp_path / "v.yaml"
+    tls = {"insecureSkipVerify": False, "serverName": "scaler"}
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "serviceMonitor": {
+                    "enabled": True,
+                    "additionalLabels": {"release": "prom"},
+                    "honorLabels": False,
+                    "scheme": "https",
+                    "tlsConfig": tls,
+                }
+            }
+        )
+    )
+    sm = one(helm.render(CHART / "ci" / "minimal-values.yaml", f), "ServiceMonitor")
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    (ep,) = sm["spec"]["endpoints"]
+    assert (ep["honorLabels"], ep["scheme"], ep["tlsConfig"]) == (False, "https", tls)
+    default = one(helm.render(CHART / "ci" / "monitoring-values.yaml"), "ServiceMonitor")["spec"][
+        "endpoints"
+    ][0]
+    assert (default["honorLabels"], default["scheme"]) == (True, "http")
+    assert "tlsConfig" not in default
+
+
+def test_research_namespace_is_one_key(helm: Helm, tmp_path: Path) -> None:
+    """research[].namespace, like inference[].namespace: default the release namespace,
+    never written into config.yaml (the scaler's model has no such key)."""
+    f = tmp_path / "v.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "research": [
+                    {"name": "a", "gpusPerJob": 1, "scaledJob": JOB},
+                    {"name": "b", "namespace": "labs", "gpusPerJob": 1, "scaledJob": JOB},
+                ]
+            }
+        )
+    )
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    ns = {sj["metadata"]["name"]: sj["metadata"]["namespace"] for sj in objs(docs, "ScaledJob")}
+    assert ns == {f"{RELEASE}-gpu-pool-scaler-a": NAMESPACE, f"{RELEASE}-gpu-pool-scaler-b": "labs"}
+    assert [r.name for r in loaded_config(docs, tmp_path).research] == ["a", "b"]
+
+
+# ---------------------------------------------------------------- alerts ----
+
+
+def test_prometheus_rule_alerts_use_only_exported_metrics(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    docs = rendered["monitoring"]
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "GpuPoolScalerDown",
+        "GpuPoolScalerServiceDataStale",
+        "GpuPoolScalerCapacityUnknown",
+        "GpuPoolScalerResearchStarved",
+        "GpuPoolScalerStaleDecisions",
+        "GpuPoolScalerConfigRejected",
+        "GpuPoolScalerHpaIgnoresAnswer",
+    }
+    selector = f'job="{RELEASE}-gpu-pool-scaler",namespace="{NAMESPACE}"'
+    exported = _registry_names()
+    used: set[str] = set()
+    for name, r in alerts.items():
+        expr = r["expr"]
+        assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), name
+        assert selector in expr, name  # only this release's scaler
+        assert re.fullmatch(r"[0-9]+(ms|s|m|h|d)", r["for"]), name
+        assert r["labels"]["severity"] and r["labels"]["team"] == "ml-platform", name
+        assert r["annotations"]["summary"] and r["annotations"]["description"], name
+        used.update(re.findall(r"\bgpu_pool_scaler_[a-z_]+", expr))
+    # Drift guard, as for the dashboard: an alert on a metric the scaler does not export
+    # would never fire.
+    assert used <= exported, f"alerts use metrics the scaler does not export: {used - exported}"
+    assert {
+        "gpu_pool_scaler_service_data_fresh",
+        "gpu_pool_scaler_capacity_known",
+        "gpu_pool_scaler_research_slots",
+        "gpu_pool_scaler_pool_gpus",
+        "gpu_pool_scaler_stale_decision_answers_total",
+        "gpu_pool_scaler_hpa_ignoring_answer",
+    } <= used
+    assert alerts["GpuPoolScalerDown"]["expr"] == f"absent(up{{{selector}}} == 1)"
+    # Starved: headroom fits the smallest research Job (monitoring: eval, 1 GPU).
+    assert alerts["GpuPoolScalerResearchStarved"]["expr"].endswith(">= 1")
+
+
+def test_prometheus_rule_without_research_and_with_extra_rules(helm: Helm, tmp_path: Path) -> None:
+    extra = {"alert": "Mine", "expr": "vector(1)", "labels": {"severity": "info"}}
+    f = tmp_path / "v.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {"prometheusRule": {"enabled": True, "selector": 'job="gps"', "extraRules": [extra]}}
+        )
+    )
+    (group,) = one(helm.render(CHART / "ci" / "minimal-values.yaml", f), "PrometheusRule")["spec"][
+        "groups"
+    ]
+    alerts = [r["alert"] for r in group["rules"]]
+    assert "GpuPoolScalerResearchStarved" not in alerts  # no research classes
+    assert group["rules"][-1] == extra
+    assert all('job="gps"' in r["expr"] for r in group["rules"][:-1])
+
+
+# ---------------------------------------------------------------- give-back time ----
+
+
+@pytest.mark.parametrize(("grace", "lead"), [(900, 900), (120, 300)])
+def test_lead_time_derived_from_research_grace_when_unset(
+    helm: Helm, tmp_path: Path, grace: int, lead: int
+) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "pool": {"adaptiveReserve": {"enabled": True}},
+                "research": [
+                    {
+                        "name": "eval",
+                        "gpusPerJob": 1,
+                        "scaledJob": {**JOB, "job": {"terminationGracePeriodSeconds": grace}},
+                    }
+                ],
+            }
+        )
+    )
+    minimal = CHART / "ci" / "minimal-values.yaml"
+    cfg = loaded_config(helm.render(minimal, f), tmp_path)
+    assert cfg.pool.adaptiveReserve.leadTimeSeconds == lead
+    notes = _notes(helm, minimal, f)
+    assert f"leadTimeSeconds = {lead} s (derived" in notes
+
+
+@pytest.mark.parametrize("cid", ["multi-service", "queue"])
+def test_notes_state_the_worst_case_give_back_time(
+    helm: Helm, rendered: dict[str, list[dict[str, Any]]], cid: str, tmp_path: Path
+) -> None:
+    docs = rendered[cid]
+    cfg = loaded_config(docs, tmp_path)
+    graces = [
+        sj["spec"]["jobTargetRef"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        for sj in objs(docs, "ScaledJob")
+    ]
+    polls = [so["spec"]["pollingInterval"] for so in objs(docs, "ScaledObject")]
+    cold = max(s.coldStartSeconds for s in cfg.inference)
+    worst = cfg.scrape.intervalSeconds + max(polls) + 15 + max(graces) + cold
+    notes = _notes(helm, CHART / "ci" / f"{cid}-values.yaml")
+    assert (
+        f"{worst:g} s = {cfg.scrape.intervalSeconds:g} s (scaler cycle) + {max(polls)} s "
+        "(KEDA poll) + 15 s (HPA sync)"
+    ) in notes, notes
+    assert f"+ {max(graces)} s (research grace period" in notes
+    # The reserve's lead time covers the longest grace period.
+    assert cfg.pool.adaptiveReserve.leadTimeSeconds >= max(graces)
+
+
+def test_notes_warn_about_several_replicas_behind_the_headless_service(
+    helm: Helm, tmp_path: Path
+) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"replicaCount": 2}))
+    minimal = CHART / "ci" / "minimal-values.yaml"
+    assert "WARNING: replicaCount is 2" in _notes(helm, minimal, f)
+    assert "WARNING: replicaCount" not in _notes(helm, CHART / "ci" / "monitoring-values.yaml")
+    assert "WARNING: replicaCount" not in _notes(helm, minimal)
+
+
+# ---------------------------------------------------------------- TLS: one Secret ----
+
+
+def test_cluster_trigger_authentication_serves_every_namespace(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """kind ClusterTriggerAuthentication: one cluster-scoped object whose Secret KEDA
+    reads from its own namespace; every scaler trigger references it by kind."""
+    docs = rendered["queue"]
+    values = ci_values("queue")
+    (cta,) = objs(docs, "ClusterTriggerAuthentication")
+    assert "namespace" not in cta["metadata"]
+    crd = yaml.safe_load((KEDA_CRDS / "keda.sh_clustertriggerauthentications.yaml").read_text())
+    assert crd["spec"]["scope"] == "Cluster"
+    secret = values["keda"]["auth"]["secretName"]
+    assert {r["parameter"]: (r["name"], r["key"]) for r in cta["spec"]["secretTargetRef"]} == {
+        "caCert": (secret, "ca.crt"),
+        "tlsClientCert": (secret, "tls.crt"),
+        "tlsClientKey": (secret, "tls.key"),
+    }
+    # No namespaced TLS TriggerAuthentication; the only ones are the queues' Redis passwords.
+    assert all(
+        ta["metadata"]["name"].endswith("-redis") for ta in objs(docs, "TriggerAuthentication")
+    )
+    for d in objs(docs, "ScaledObject") + objs(docs, "ScaledJob"):
+        scaler_trigger = d["spec"]["triggers"][0]
+        assert scaler_trigger["authenticationRef"] == {
+            "name": cta["metadata"]["name"],
+            "kind": "ClusterTriggerAuthentication",
+        }
+
+
+# ---------------------------------------------------------------- research work queue ----
+
+
+def _container(sj: dict[str, Any]) -> dict[str, Any]:
+    return sj["spec"]["jobTargetRef"]["template"]["spec"]["containers"][0]
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _kubelet_expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of env values and args (defined variables only)."""
+    return re.sub(
+        r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value
+    )
+
+
+def test_queue_class_gets_redis_trigger_auth_and_the_worker(
+    rendered: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.connection import parse_url
+
+    from scaler.research.worker import _options, build_parser
+
+    docs = rendered["queue"]
+    values = ci_values("queue")
+    defaults = _merge(chart_defaults()["researchQueue"], values["researchQueue"])
+    auth = values["keda"]["auth"]
+    tas = {
+        (t["metadata"]["namespace"], t["metadata"]["name"]): t
+        for t in objs(docs, "TriggerAuthentication")
+    }
+    sjs = {
+        sj["spec"]["triggers"][0]["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
+    }
+    for rc in values["research"]:
+        q = _merge(defaults, rc["queue"])
+        sj = sjs[rc["name"]]
+        spec = sj["spec"]
+        assert spec["scalingStrategy"] == {
+            "strategy": "default",
+            "multipleScalersCalculation": "min",
+        }
+        scaler_trigger, redis_trigger = spec["triggers"]
+        assert redis_trigger["type"] == "redis" and redis_trigger["metricType"] == "AverageValue"
+        # The worker's key layout (docs/research-queue.md): waiting ids in <prefix>:q:<class>.
+        assert redis_trigger["metadata"] == {
+            "address": q["redis"]["address"],
+            "listName": f"{q['prefix']}:q:{rc['name']}",
+            "listLength": "1",
+            "databaseIndex": str(q["redis"]["databaseIndex"]),
+        }
+        ta = tas[(rc["namespace"], redis_trigger["authenticationRef"]["name"])]
+        assert ta["spec"]["secretTargetRef"] == [
+            {"parameter": "password", "name": q["redis"]["secretName"], "key": "password"}
+        ]
+
+        c = _container(sj)
+        pod = sj["spec"]["jobTargetRef"]["template"]["spec"]
+        original = next(x for x in rc["scaledJob"]["jobTemplate"]["spec"]["containers"])
+        assert c["command"] == ["gpu-pool-worker"]
+        cut = c["args"].index("--")
+        flags, command = c["args"][:cut], c["args"][cut + 1 :]
+        assert command == original["command"] + original.get("args", [])
+
+        # The password reaches the worker as the URL it reads (GPS_REDIS_URL), from the
+        # Secret only; expand it as kubelet does and parse it as redis-py does.
+        env = _env(c)
+        password = "s3cret-Pw_1"
+        if q["redis"]["urlKey"]:
+            assert env["GPS_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {
+                "name": q["redis"]["secretName"],
+                "key": q["redis"]["urlKey"],
+            }
+            assert "GPS_REDIS_PASSWORD" not in env  # the command never sees the password
+            url = f"redis://:{password}@{q['redis']['address']}/{q['redis']['databaseIndex']}"
+        else:
+            names = [e["name"] for e in c["env"]]
+            assert names.index("GPS_REDIS_PASSWORD") < names.index("GPS_REDIS_URL")
+            assert env["GPS_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+                "name": q["redis"]["secretName"],
+                "key": "password",
+            }
+            url = _kubelet_expand(env["GPS_REDIS_URL"]["value"], {"GPS_REDIS_PASSWORD": password})
+        parsed = parse_url(url)
+        host, port = q["redis"]["address"].rsplit(":", 1)
+        assert (parsed["host"], parsed["port"], parsed["db"], parsed["password"]) == (
+            host,
+            int(port),
+            q["redis"]["databaseIndex"],
+            password,
+        )
+
+        # The real worker's parser accepts every flag the chart renders.
+        monkeypatch.setenv("GPS_REDIS_URL", url)
+        args = build_parser().parse_args(flags)
+        opts = _options(args, command)
+        assert opts.research_class == rc["name"]
+        assert list(opts.command) == command
+        assert opts.gpus == rc["gpusPerJob"]
+        assert opts.grace_s == pod["terminationGracePeriodSeconds"] - q["worker"]["reportSeconds"]
+        assert args.scaler == scaler_trigger["metadata"]["scalerAddress"]
+        assert args.scaler_pool == values["pool"]["name"] and args.prefix == q["prefix"]
+        assert str(opts.checkpoint_root) == q["worker"]["checkpointRoot"]
+        for extra in q["worker"]["extraArgs"]:
+            assert extra in flags
+
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        ckpt = mounts["gps-checkpoints"]
+        assert ckpt["mountPath"] == q["worker"]["checkpointRoot"]
+        assert volumes["gps-checkpoints"]["persistentVolumeClaim"] == {
+            "claimName": "research-checkpoints"
+        }
+        # mTLS to the scaler with the worker's own Secret in the class's namespace.
+        tls_dir = mounts["gps-worker-tls"]["mountPath"]
+        assert (args.scaler_ca, args.scaler_cert, args.scaler_key) == (
+            f"{tls_dir}/ca.crt",
+            f"{tls_dir}/tls.crt",
+            f"{tls_dir}/tls.key",
+        )
+        secret = volumes["gps-worker-tls"]["secret"]
+        assert secret["secretName"] == q["worker"]["tlsSecretName"]
+        assert {i["key"] for i in secret["items"]} == {
+            auth.get("caCertKey", "ca.crt"),
+            auth.get("tlsClientCertKey", "tls.crt"),
+            auth.get("tlsClientKeyKey", "tls.key"),
+        }
+
+
+def test_queue_with_trigger_authentication_reuses_kedas_secret_and_network_policy_admits_workers(
+    helm: Helm, tmp_path: Path
+) -> None:
+    values = _merge(
+        _merge(MINIMAL, _queue_class()),
+        {
+            "server": {"tls": {"enabled": True, "secretName": "scaler-tls"}},
+            "keda": {"auth": {"enabled": True, "secretName": "keda-client"}},
+            "networkPolicy": {"enabled": True},
+        },
+    )
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump(values))
+    docs = helm.render(f)
+    c = _container(one(docs, "ScaledJob"))
+    pod = one(docs, "ScaledJob")["spec"]["jobTargetRef"]["template"]["spec"]
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "gps-worker-tls"]
+    assert vol["secret"]["secretName"] == "keda-client"  # TriggerAuthentication's Secret, same ns
+    assert "--scaler-ca" in c["args"] and "--scaler-cert" not in c["args"]  # TLS, not mTLS
+    assert not any(v["name"] == "gps-checkpoints" for v in pod["volumes"])
+    np = one(docs, "NetworkPolicy")
+    peers = [p for r in np["spec"]["ingress"] for p in r.get("from", [])]
+    assert {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "research"}},
+        "podSelector": {"matchLabels": {"gpu-pool-scaler.io/research-class": "eval"}},
+    } in peers
+    labels = one(docs, "ScaledJob")["spec"]["jobTargetRef"]["template"]["metadata"]["labels"]
+    assert labels["gpu-pool-scaler.io/research-class"] == "eval"  # what the policy selects
+    notes = _notes(helm, f)
+    assert "WARNING: no researchQueue.worker.checkpointVolume" in notes
+    assert "list gps:q:eval on redis.research.svc:6379" in notes
+
+
 # ---------------------------------------------------------------- bad values ----
 
 
@@ -752,7 +1440,8 @@ def _config_view(values: dict[str, Any]) -> dict[str, Any]:
             {k: v for k, v in s.items() if k != "scaledObject"} for s in values.get("inference", [])
         ],
         "research": [
-            {k: v for k, v in r.items() if k != "scaledJob"} for r in values.get("research", [])
+            {k: v for k, v in r.items() if k not in RESEARCH_CHART_KEYS}
+            for r in values.get("research", [])
         ],
     }
 
@@ -763,6 +1452,33 @@ JOB = {"jobTemplate": {"spec": {"containers": [{"name": "j", "image": "busybox:1
 
 def _svc(**kw: Any) -> dict[str, Any]:
     return {"inference": [{**MINIMAL["inference"][0], **kw}]}
+
+
+QUEUE_JOB = {
+    "jobTemplate": {
+        "spec": {
+            "containers": [
+                {"name": "j", "image": "busybox:1.37", "command": ["sh", "-c"], "args": ["work"]}
+            ]
+        }
+    }
+}
+QUEUE_REDIS = {"redis": {"address": "redis.research.svc:6379", "secretName": "redis"}}
+
+
+def _queue_class(
+    queue: dict[str, Any] | None = None, redis: dict[str, Any] | None = None, **kw: Any
+) -> dict[str, Any]:
+    """One research class with the work queue on, over ci/minimal-values.yaml."""
+    rc = {
+        "name": "eval",
+        "namespace": "research",
+        "gpusPerJob": 1,
+        "queue": {"enabled": True, **(queue or {})},
+        "scaledJob": QUEUE_JOB,
+        **kw,
+    }
+    return {"research": [rc], "researchQueue": redis if redis is not None else QUEUE_REDIS}
 
 
 @dataclass(frozen=True)
@@ -802,13 +1518,13 @@ BAD = [
     Bad(
         "min-greater-than-max",
         _svc(minReplicas=5, maxReplicas=2),
-        'inference[0] "chat": minReplicas (5) is greater than maxReplicas (2)',
+        "inference[0].minReplicas (5) is greater than inference[0].maxReplicas (2)",
         True,
     ),
     Bad(
         "min-above-default-max",
         _svc(minReplicas=20),
-        'inference[0] "chat": minReplicas (20) is greater than maxReplicas (16)',
+        "inference[0].minReplicas (20) is greater than inference[0].maxReplicas (16)",
         True,
     ),
     Bad(
@@ -826,7 +1542,7 @@ BAD = [
     Bad(
         "all-thresholds-off",
         _svc(thresholds={"waitingPerReplica": 0}),
-        "at least one threshold must be > 0",
+        "inference[0].thresholds: at least one threshold must be > 0",
         True,
     ),
     Bad(
@@ -838,7 +1554,7 @@ BAD = [
     Bad(
         "both-target-kinds",
         _svc(targets={"static": ["a:1"], "kubernetes": {"labelSelector": "a=b"}}),
-        "targets: set exactly one of 'static' or 'kubernetes'",
+        "inference[0].targets: set exactly one of 'static' or 'kubernetes'",
         True,
     ),
     Bad(
@@ -850,13 +1566,13 @@ BAD = [
     Bad(
         "kubernetes-target-selector-and-service",
         _svc(targets={"kubernetes": {"labelSelector": "a=b", "service": "s"}}),
-        "set exactly one of 'labelSelector' (pods) or 'service' (EndpointSlices)",
+        "inference[0].targets.kubernetes: set exactly one of 'labelSelector' (pods) or 'service'",
         True,
     ),
     Bad(
         "duplicate-service",
         {"inference": [MINIMAL["inference"][0]] * 2},
-        'inference: duplicate name "chat"',
+        'inference[1].name: duplicate name "chat" (also inference[0].name)',
         True,
     ),
     Bad(
@@ -917,8 +1633,8 @@ BAD = [
                 }
             ]
         },
-        "scaledJob.jobTemplate.spec.restartPolicy must be Never (podFailurePolicy needs it), "
-        'got "OnFailure"',
+        "research[0].scaledJob.jobTemplate.spec.restartPolicy must be Never (podFailurePolicy "
+        'needs it), got "OnFailure"',
         False,
     ),
     Bad(
@@ -944,19 +1660,45 @@ BAD = [
                 }
             ]
         },
-        "the Job's containers request 1 nvidia.com/gpu but gpusPerJob is 2",
+        "research[0].gpusPerJob (2) disagrees with the Job's containers, which request 1 "
+        "nvidia.com/gpu",
         False,
     ),
     Bad(
         "tls-without-secret",
         {"server": {"tls": {"enabled": True}}},
-        "server.tls.enabled needs server.tls.secretName",
+        "server.tls.secretName: required with server.tls.enabled",
+        False,
+    ),
+    Bad(
+        "tls-without-ca-for-keda",
+        {"server": {"tls": {"enabled": True, "secretName": "s"}}},
+        "keda.auth: server.tls.enabled, but KEDA has no CA to verify the scaler's certificate",
+        False,
+    ),
+    Bad(
+        "tls-auth-without-ca-key",
+        {
+            "server": {"tls": {"enabled": True, "secretName": "s"}},
+            "keda": {"auth": {"enabled": True, "secretName": "k", "caCertKey": ""}},
+        },
+        "set keda.auth.enabled=true, keda.auth.secretName (an existing Secret with ca.crt",
         False,
     ),
     Bad(
         "mtls-without-keda-client-cert",
-        {"server": {"tls": {"enabled": True, "secretName": "s", "clientAuth": True}}},
-        "server.tls.clientAuth (mTLS) needs keda.auth.enabled",
+        {
+            "server": {"tls": {"enabled": True, "secretName": "s", "clientAuth": True}},
+            "keda": {"auth": {"enabled": True, "secretName": "k", "tlsClientKeyKey": ""}},
+        },
+        "keda.auth: server.tls.clientAuth (mTLS) needs keda.auth.enabled with tlsClientCertKey",
+        False,
+    ),
+    Bad(
+        "auth-kind-unknown",
+        {"keda": {"auth": {"kind": "SecretAuthentication"}}},
+        "at '/keda/auth/kind': value must be one of 'TriggerAuthentication', "
+        "'ClusterTriggerAuthentication'",
         False,
     ),
     Bad(
@@ -967,27 +1709,147 @@ BAD = [
     ),
     Bad(
         "pdb-blocks-drains",
-        {"replicaCount": 1},
+        {"podDisruptionBudget": {"maxUnavailable": None, "minAvailable": 1}},
         "podDisruptionBudget.minAvailable (1) must be lower than replicaCount (1)",
+        False,
+    ),
+    Bad(
+        "pdb-max-unavailable-zero",
+        {"podDisruptionBudget": {"maxUnavailable": 0}},
+        "podDisruptionBudget.maxUnavailable: 0 blocks every node drain forever",
+        False,
+    ),
+    Bad(
+        "pdb-min-and-max",
+        {"podDisruptionBudget": {"minAvailable": 0}},
+        "podDisruptionBudget: set exactly one of minAvailable or maxUnavailable",
         False,
     ),
     Bad(
         "priority-inverted",
         {"priorityClasses": {"research": {"value": 200000}}},
-        "priorityClasses.inference.value (100000) must be greater than "
+        "priorityClasses.inference.value (0) must be greater than "
         "priorityClasses.research.value (200000)",
         False,
     ),
     Bad(
         "same-ports",
         {"server": {"metricsPort": 50051}},
-        "server.grpcPort and server.metricsPort must differ (both 50051)",
+        "server.metricsPort: must differ from server.grpcPort (both 50051)",
         False,
     ),
     Bad(
         "fallback-above-max",
         _svc(maxReplicas=4, scaledObject={"fallback": {"replicas": 9}}),
-        "scaledObject.fallback.replicas (9) exceeds maxReplicas (4)",
+        "inference[0].scaledObject.fallback.replicas (9) exceeds inference[0].maxReplicas (4)",
+        False,
+    ),
+    Bad(
+        "min-replicas-zero",
+        _svc(minReplicas=0),
+        "inference[0].minReplicas: 0 is not supported: at zero pods there is no engine whose "
+        "metrics the scaler could read, and the ScaledObject has no second trigger",
+        False,  # the scaler accepts 0; the chart's ScaledObject could never wake it
+    ),
+    Bad(
+        "name-too-long-for-keda-labels",
+        _svc(name="x" * 50),
+        "inference[0].name: the object name",
+        False,
+    ),
+    Bad(
+        "research-namespace-moved",
+        {"research": [{"name": "eval", "gpusPerJob": 1, "scaledJob": {**JOB, "namespace": "r"}}]},
+        "research[0].scaledJob.namespace has moved to research[0].namespace",
+        False,
+    ),
+    Bad(
+        "research-duplicate",
+        {"research": [{"name": "eval", "gpusPerJob": 1, "scaledJob": JOB}] * 2},
+        'research[1].name: duplicate name "eval" (also research[0].name)',
+        True,
+    ),
+    Bad(
+        "lead-time-shorter-than-grace",
+        {
+            "pool": {"adaptiveReserve": {"enabled": True, "leadTimeSeconds": 300}},
+            "research": [{"name": "eval", "gpusPerJob": 1, "scaledJob": JOB}],
+        },
+        "pool.adaptiveReserve.leadTimeSeconds (300) is shorter than the research grace period "
+        'of research[0] "eval" (600 s)',
+        False,
+    ),
+    Bad(
+        "queue-without-redis-address",
+        _queue_class(redis={"redis": {"secretName": "redis"}}),
+        "research[0].queue.redis.address: required with research[0].queue.enabled",
+        False,
+    ),
+    Bad(
+        "queue-without-password-secret",
+        _queue_class(redis={"redis": {"address": "redis:6379"}}),
+        "research[0].queue.redis.secretName and .passwordKey: required with "
+        "research[0].queue.enabled: an existing Secret in namespace research",
+        False,
+    ),
+    Bad(
+        "queue-container-without-command",
+        _queue_class(scaledJob=JOB),
+        "research[0].scaledJob.jobTemplate.spec.containers[0].command: required with "
+        "research[0].queue.enabled",
+        False,
+    ),
+    Bad(
+        "queue-container-not-found",
+        _queue_class(queue={"worker": {"container": "trainer"}}),
+        'research[0].queue.worker.container: no container named "trainer"',
+        False,
+    ),
+    Bad(
+        "queue-max-of-triggers",
+        _queue_class(
+            scaledJob={**QUEUE_JOB, "scalingStrategy": {"multipleScalersCalculation": "max"}}
+        ),
+        "research[0].scaledJob.scalingStrategy.multipleScalersCalculation must be min with a "
+        'work queue, got "max"',
+        False,
+    ),
+    Bad(
+        "queue-accurate-strategy",
+        _queue_class(scaledJob={**QUEUE_JOB, "scalingStrategy": {"strategy": "accurate"}}),
+        'research[0].scaledJob.scalingStrategy.strategy "accurate" does not fit the work queue',
+        False,
+    ),
+    Bad(
+        "queue-grace-shorter-than-report",
+        _queue_class(scaledJob={**QUEUE_JOB, "job": {"terminationGracePeriodSeconds": 20}}),
+        "research[0].scaledJob.job.terminationGracePeriodSeconds (20) must exceed "
+        "research[0].queue.worker.reportSeconds (20)",
+        False,
+    ),
+    Bad(
+        "queue-tls-cluster-auth-without-worker-secret",
+        _merge(
+            _queue_class(),
+            {
+                "server": {"tls": {"enabled": True, "secretName": "s"}},
+                "keda": {
+                    "auth": {
+                        "enabled": True,
+                        "kind": "ClusterTriggerAuthentication",
+                        "secretName": "k",
+                    }
+                },
+            },
+        ),
+        "research[0].queue.worker.tlsSecretName: required with server.tls.enabled and "
+        "keda.auth.kind ClusterTriggerAuthentication",
+        False,
+    ),
+    Bad(
+        "image-registry-with-scheme",
+        {"image": {"registry": "https://registry.example.com"}},
+        "at '/image/registry'",
         False,
     ),
     Bad(
@@ -996,7 +1858,7 @@ BAD = [
             "networkPolicy": {"enabled": True, "egress": {"enabled": True}},
             "pool": {"capacity": {"gpus": None, "nodes": {"labelSelector": "a=b"}}},
         },
-        "networkPolicy.egress.enabled blocks the Kubernetes API",
+        "networkPolicy.egress.apiServer.cidrs: required with networkPolicy.egress.enabled",
         False,
     ),
     Bad(
@@ -1013,6 +1875,14 @@ def test_bad_values_fail_with_a_clear_message(helm: Helm, tmp_path: Path, case: 
     proc = helm.template(f) if not case.replace else helm.template()
     assert proc.returncode != 0, f"helm accepted bad values {case.values}"
     assert case.message in proc.stderr, proc.stderr
+    # A template's message starts with the values path to edit, not with a template line.
+    m = re.search(r"execution error at \([^)]*\): (.*)", proc.stderr)
+    if m:
+        top = set(chart_defaults()) | {"pool", "scrape"}
+        path = re.match(r"([a-zA-Z]+)(\[\d+\])?(\.[a-zA-Z]+(\[\d+\])?)*", m.group(1))
+        assert path and path.group(1) in top, (
+            f"message does not start with a values path: {m.group(1)}"
+        )
     if case.scaler_rejects:
         # Chart and scaler agree: the scaler's loader refuses the same config.
         with pytest.raises(ConfigError):
@@ -1064,6 +1934,7 @@ SCHEMA_DRIFT: list[tuple[str, tuple[str, ...], type[BaseModel], set[str]]] = [
     ("capacity", ("pool", "capacity"), cfgmod.CapacityConfig, set()),
     ("nodes", ("pool", "capacity", "nodes"), cfgmod.NodeCapacity, set()),
     ("adaptive-reserve", ("pool", "adaptiveReserve"), cfgmod.AdaptiveReserve, set()),
+    ("forecast", ("pool", "forecast"), cfgmod.Forecast, set()),
     ("scrape", ("scrape",), cfgmod.ScrapeConfig, set()),
     ("inference", ("inference", "[]"), cfgmod.InferenceService, {"scaledObject"}),
     ("targets", ("inference", "[]", "targets"), cfgmod.Targets, set()),
@@ -1076,7 +1947,8 @@ SCHEMA_DRIFT: list[tuple[str, tuple[str, ...], type[BaseModel], set[str]]] = [
     ("thresholds", ("inference", "[]", "thresholds"), cfgmod.Thresholds, set()),
     ("scale-up", ("inference", "[]", "scaleUp"), cfgmod.ScaleUp, set()),
     ("scale-down", ("inference", "[]", "scaleDown"), cfgmod.ScaleDown, set()),
-    ("research", ("research", "[]"), cfgmod.ResearchClass, {"scaledJob"}),
+    ("slo", ("inference", "[]", "slo"), cfgmod.Slo, set()),
+    ("research", ("research", "[]"), cfgmod.ResearchClass, RESEARCH_CHART_KEYS),
 ]
 
 

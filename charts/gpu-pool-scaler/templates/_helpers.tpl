@@ -35,8 +35,19 @@ helm.sh/chart: {{ include "gps.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: gpu-pool-scaler
-{{- with .Values.commonLabels }}
+{{- with .Values.additionalLabels }}
 {{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* `annotations:` of an object: its own (the dict passed) plus additionalAnnotations;
+     nothing when both are empty. Use: {{- include "gps.annotations" (list $ $own) | nindent 2 }} */}}
+{{- define "gps.annotations" -}}
+{{- $root := index . 0 }}{{- $own := index . 1 }}
+{{- $all := merge (deepCopy (default dict $own)) (default dict $root.Values.additionalAnnotations) }}
+{{- with $all }}
+annotations:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -48,12 +59,17 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 {{- end }}
 {{- end }}
 
+{{/* [registry/]repository(:tag|@digest). global.imageRegistry wins over image.registry
+     (one switch for an air-gapped mirror); no registry = what the node resolves. */}}
 {{- define "gps.image" -}}
+{{- $g := default dict .Values.global }}
+{{- $registry := default .Values.image.registry $g.imageRegistry | trimSuffix "/" }}
+{{- $repo := ternary (printf "%s/%s" $registry .Values.image.repository) .Values.image.repository (ne $registry "") }}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repo .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- printf "%s:%s" $repo $tag }}
 {{- end }}
 {{- end }}
 
@@ -65,17 +81,44 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 {{- default (printf "%s-research" (include "gps.fullname" .)) .Values.priorityClasses.research.name }}
 {{- end }}
 
+{{/* PriorityClass of the scaler pods: `priorityClassName`, else the chart's own class
+     (when the chart creates classes), else none (cluster default). */}}
+{{- define "gps.scalerPriorityClass" -}}
+{{- if .Values.priorityClassName }}
+{{- .Values.priorityClassName }}
+{{- else if .Values.priorityClasses.create }}
+{{- default (printf "%s-scaler" (include "gps.fullname" .)) .Values.priorityClasses.scaler.name }}
+{{- end }}
+{{- end }}
+
 {{- define "gps.authName" -}}
 {{- default (printf "%s-tls" (include "gps.fullname" .)) .Values.keda.auth.name }}
 {{- end }}
 
+{{- define "gps.clusterAuth" -}}
+{{- if eq (default "TriggerAuthentication" .Values.keda.auth.kind) "ClusterTriggerAuthentication" }}true{{ end }}
+{{- end }}
+
+{{/* authenticationRef of the scaler trigger (TLS to the scaler), or nothing. */}}
+{{- define "gps.authRef" -}}
+{{- if .Values.keda.auth.enabled }}
+authenticationRef:
+  name: {{ include "gps.authName" . }}
+  {{- if include "gps.clusterAuth" . }}
+  kind: ClusterTriggerAuthentication
+  {{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Name of the ScaledObject/ScaledJob of an entry: "<fullname>-<entry>". KEDA copies it
-     into label values (scaledobject.keda.sh/name), so it must fit 63 characters. */}}
+     into label values (scaledobject.keda.sh/name), so it must fit 63 characters.
+     Args: root, entry name, values path of the entry (for the error). */}}
 {{- define "gps.objectName" -}}
 {{- $root := index . 0 }}{{- $entry := index . 1 }}
+{{- $path := "entry" }}{{ if gt (len .) 2 }}{{ $path = index . 2 }}{{ end }}
 {{- $n := printf "%s-%s" (include "gps.fullname" $root) $entry }}
 {{- if gt (len $n) 63 }}
-{{- fail (printf "object name %q is longer than 63 characters: shorten the release name, fullnameOverride or the entry name %q" $n $entry) }}
+{{- fail (printf "%s.name: the object name %q is longer than 63 characters: shorten the entry name %q, the release name or fullnameOverride" $path $n $entry) }}
 {{- end }}
 {{- $n }}
 {{- end }}
@@ -99,11 +142,45 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 {{- default $root.Release.Namespace $svc.namespace }}
 {{- end }}
 
-{{/* Namespace of a research ScaledJob. */}}
+{{/* Namespace of a research class (its ScaledJob, Jobs, TriggerAuthentications): its
+     own `namespace`, else the release namespace, like inference entries. */}}
 {{- define "gps.jobNamespace" -}}
 {{- $root := index . 0 }}{{- $rc := index . 1 }}
-{{- $sj := default dict $rc.scaledJob }}
-{{- default $root.Release.Namespace $sj.namespace }}
+{{- default $root.Release.Namespace $rc.namespace }}
+{{- end }}
+
+{{/* Grace period of a research class's pods: the pod template's own, else
+     scaledJob.job.terminationGracePeriodSeconds, else keda.scaledJob's. */}}
+{{- define "gps.researchGrace" -}}
+{{- $root := index . 0 }}{{- $rc := index . 1 }}
+{{- $sj := mustMergeOverwrite (deepCopy $root.Values.keda.scaledJob) (default dict $rc.scaledJob) }}
+{{- $tpl := default dict $sj.jobTemplate }}
+{{- $spec := default dict $tpl.spec }}
+{{- if and (hasKey $spec "terminationGracePeriodSeconds") (not (kindIs "invalid" $spec.terminationGracePeriodSeconds)) }}
+{{- int $spec.terminationGracePeriodSeconds }}
+{{- else }}
+{{- int $sj.job.terminationGracePeriodSeconds }}
+{{- end }}
+{{- end }}
+
+{{/* The longest research grace period and the class it comes from: "seconds,path". */}}
+{{- define "gps.maxResearchGrace" -}}
+{{- $max := -1 }}{{- $where := "" }}
+{{- range $i, $rc := .Values.research }}
+{{- $g := int (include "gps.researchGrace" (list $ $rc)) }}
+{{- if gt $g $max }}
+{{- $max = $g }}
+{{- $where = printf "research[%d] %q" $i $rc.name }}
+{{- end }}
+{{- end }}
+{{- if ge $max 0 }}{{ printf "%d,%s" $max $where }}{{ end }}
+{{- end }}
+
+{{/* A research class's work-queue settings: researchQueue (chart-wide defaults) deep-merged
+     with the class's `queue`, as JSON (use: fromJson). */}}
+{{- define "gps.queue" -}}
+{{- $root := index . 0 }}{{- $rc := index . 1 }}
+{{- mustMergeOverwrite (deepCopy $root.Values.researchQueue) (deepCopy (default dict $rc.queue)) | toJson }}
 {{- end }}
 
 {{/* A key's value or a default, where 0/false/"" are real values (unlike `default`). */}}
@@ -152,8 +229,24 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 {{- $out | uniq | sortAlpha | join "," }}
 {{- end }}
 
+{{/* The scaler reads back KEDA's HPAs (server.hpaCheck; scaler/app.py `_hpa_enabled`):
+     `on`, or `auto` when the config already talks to Kubernetes. */}}
+{{- define "gps.hpaCheck" -}}
+{{- $mode := default "auto" .Values.server.hpaCheck }}
+{{- if or (eq $mode "on") (and (eq $mode "auto") (or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .))) }}true{{ end }}
+{{- end }}
+
+{{/* Namespaces of the inference services (the HPA check lists HPAs there). */}}
+{{- define "gps.inferenceNamespaces" -}}
+{{- $out := list }}
+{{- range .Values.inference }}
+{{- $out = append $out (include "gps.svcNamespace" (list $ .)) }}
+{{- end }}
+{{- $out | uniq | sortAlpha | join "," }}
+{{- end }}
+
 {{- define "gps.needsKubeAPI" -}}
-{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) }}true{{ end }}
+{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) (include "gps.hpaCheck" .) }}true{{ end }}
 {{- end }}
 
 {{/* Namespaces holding ScaledObjects/ScaledJobs (one TriggerAuthentication each). */}}
@@ -173,7 +266,7 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 
 {{/* The config file the scaler reads: pool-config keys only, chart keys stripped. */}}
 {{- define "gps.config" -}}
-{{- $server := dict "listenAddress" (.Values.server.listenAddress | default "0.0.0.0") "grpcPort" (int .Values.server.grpcPort) "metricsPort" (int .Values.server.metricsPort) }}
+{{- $server := dict "listenAddress" (.Values.server.listenAddress | default "0.0.0.0") "grpcPort" (int .Values.server.grpcPort) "metricsPort" (int .Values.server.metricsPort) "hpaCheck" (default "auto" .Values.server.hpaCheck) "hpaCheckSeconds" .Values.server.hpaCheckSeconds }}
 {{- if .Values.server.tls.enabled }}
 {{- $tls := dict "certFile" "/var/run/gpu-pool-scaler/tls/tls.crt" "keyFile" "/var/run/gpu-pool-scaler/tls/tls.key" }}
 {{- if .Values.server.tls.clientAuth }}
@@ -189,9 +282,24 @@ app.kubernetes.io/part-of: gpu-pool-scaler
 {{- end }}
 {{- $research := list }}
 {{- range .Values.research }}
-{{- $research = append $research (omit . "scaledJob") }}
+{{- $research = append $research (omit . "scaledJob" "namespace" "queue") }}
 {{- end }}
-{{- $cfg := dict "server" $server "pool" .Values.pool "scrape" (default dict .Values.scrape) "inference" $inference "research" $research }}
+{{- /* adaptiveReserve.leadTimeSeconds unset: cover the longest research grace period (a
+       preempted research pod may hold its GPUs that long), at least the scaler's 300. */}}
+{{- $pool := deepCopy .Values.pool }}
+{{- $ar := default dict $pool.adaptiveReserve }}
+{{- $maxGrace := include "gps.maxResearchGrace" . }}
+{{- if and $ar.enabled (not (hasKey $ar "leadTimeSeconds")) $maxGrace }}
+{{- $_ := set $ar "leadTimeSeconds" (max 300 (int (first (splitList "," $maxGrace)))) }}
+{{- $_ := set $pool "adaptiveReserve" $ar }}
+{{- end }}
+{{- /* forecast.researchGraceSeconds unset: the research pods' real grace period. */}}
+{{- $fc := default dict $pool.forecast }}
+{{- if and $fc.enabled (not (hasKey $fc "researchGraceSeconds")) $maxGrace }}
+{{- $_ := set $fc "researchGraceSeconds" (int (first (splitList "," $maxGrace))) }}
+{{- $_ := set $pool "forecast" $fc }}
+{{- end }}
+{{- $cfg := dict "server" $server "pool" $pool "scrape" (default dict .Values.scrape) "inference" $inference "research" $research }}
 {{- toYaml $cfg }}
 {{- end }}
 
