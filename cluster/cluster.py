@@ -511,6 +511,18 @@ def register_adapter(api, pki: Path, port: int) -> None:
                  "ports": [{"name": "https", "port": port, "targetPort": port,
                             "protocol": "TCP"}]},
     })
+    # The aggregator's availability check wants a ready EndpointSlice with the Service's
+    # port name even though (routing off) it dials the ClusterIP. IPv4/IPv6 slices may not
+    # hold loopback addresses, so this is an FQDN slice whose address is never dialed.
+    client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(KEDA_NS, {
+        "metadata": {"name": f"{ADAPTER_SERVICE}-placeholder",
+                     "labels": {"kubernetes.io/service-name": ADAPTER_SERVICE,
+                                "endpointslice.kubernetes.io/managed-by": "gpu-pool-scaler-cluster"}},
+        "addressType": "FQDN",
+        "endpoints": [{"addresses": [f"{ADAPTER_SERVICE}.{KEDA_NS}.svc.cluster.local"],
+                       "conditions": {"ready": True}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    })
     client.ApiregistrationV1Api(api).create_api_service({
         "apiVersion": "apiregistration.k8s.io/v1",
         "kind": "APIService",
@@ -766,14 +778,19 @@ def main(argv: list[str] | None = None) -> int:
                                  "complete after a delay set by the annotation "
                                  "pod-complete.stage.kwok.x-k8s.io/delay; 'fast' = at once")
             sp.add_argument("--hpa-sync-period", default="5s")
+            sp.add_argument("--keep-on-failure", action="store_true",
+                            help="leave the processes running when up fails (debugging)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "up":
             try:
                 return up(args)
             except BaseException:
-                log("up failed: stopping what was started (logs kept)")
-                down(args)
+                if args.keep_on_failure:
+                    log("up failed: --keep-on-failure, leaving the processes running")
+                else:
+                    log("up failed: stopping what was started (logs kept)")
+                    down(args)
                 raise
         if args.cmd == "down":
             return down(args)

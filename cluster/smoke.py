@@ -188,16 +188,28 @@ def main() -> int:
     })
     wait(f"{free_pods} research pods Running", lambda: len(running_pods("smoke-research"))
          == free_pods, 120)
-    step(f"      research Job fills the remaining {free_pods * GPUS_PER_POD} GPUs")
+    victims = {x.metadata.uid: x.metadata.name for x in running_pods("smoke-research")}
+    step(f"      research Job fills the remaining {free_pods * GPUS_PER_POD} GPUs: "
+         f"{sorted(victims.values())}")
     t = time.monotonic()
     custom.patch_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", SO,
                                           cron_so(pool_pods))
     wait(f"{pool_pods} inference pods Running", lambda: len(running_pods(DEPLOY)) == pool_pods,
          180)
-    preempted = [e for e in core.list_namespaced_event(NS).items if e.reason == "Preempted"]
+    still = {x.metadata.uid for x in running_pods("smoke-research")} & set(victims)
+    if still:
+        raise SystemExit(f"FAIL: research pods not preempted: {still}")
+    def preemption_events():  # core/v1 view of the scheduler's events
+        evs = core.list_namespaced_event(NS).items
+        return [e for e in evs if e.reason == "Preempted" and e.involved_object.uid in victims]
+
+    evs = wait("Preempted events for the research pods", preemption_events, 30)
+    pending = [x.metadata.name for x in core.list_namespaced_pod(
+        NS, label_selector="app=smoke-research").items if x.status.phase == "Pending"]
     step(f"PASS 4: inference scaled to {pool_pods} after {time.monotonic() - t:.1f}s; "
-         f"{len(preempted)} research pod(s) preempted; research Running now: "
-         f"{len(running_pods('smoke-research'))}")
+         f"research pods preempted by the scheduler: "
+         f"{sorted(victims[e.involved_object.uid] for e in evs)} ({evs[0].message}); "
+         f"replacement research pods Pending (preemptionPolicy Never): {len(pending)}")
 
     if not args.keep:
         core.delete_namespace(NS)
