@@ -89,7 +89,7 @@ image:
 # helm lint (strict, with the minimal example values), then `helm package` into CHART_OUT;
 # push it with `helm push $(CHART_OUT)/gpu-pool-scaler-<version>.tgz oci://REGISTRY/charts`.
 chart-package:
-	@helm="$$(bash tools/install-helm.sh)" && \
+	@helm="$$(bash tools/install-helm.sh | tail -n 1)" && \
 	  "$$helm" lint --strict $(CHART_DIR) -f $(CHART_DIR)/ci/minimal-values.yaml && \
 	  mkdir -p $(CHART_OUT) && "$$helm" package $(CHART_DIR) -d $(CHART_OUT)
 

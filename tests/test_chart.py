@@ -972,8 +972,9 @@ def test_install_doc_example_renders_and_names_the_real_commands(
         "helm push",
         "oci://",
         "helm install",
-        "kubectl get scaledobject",
-        "kubectl get hpa",
+        "get scaledobject",
+        "get hpa keda-hpa-",
+        "{.spec.behavior.scaleUp.tolerance}",
         "make cluster",
         "](../cluster/README.md)",
     ):
