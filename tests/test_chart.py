@@ -1170,7 +1170,7 @@ def test_lead_time_derived_from_research_grace_when_unset(
     f.write_text(
         yaml.safe_dump(
             {
-                "pool": {"adaptiveReserve": {"enabled": True}},
+                "pool": {"adaptiveReserve": {"enabled": True}, "forecast": {"enabled": True}},
                 "research": [
                     {
                         "name": "eval",
@@ -1184,6 +1184,8 @@ def test_lead_time_derived_from_research_grace_when_unset(
     minimal = CHART / "ci" / "minimal-values.yaml"
     cfg = loaded_config(helm.render(minimal, f), tmp_path)
     assert cfg.pool.adaptiveReserve.leadTimeSeconds == lead
+    # The forecast's wait for a research pod's grace period is the real one.
+    assert cfg.pool.forecast.researchGraceSeconds == grace
     notes = _notes(helm, minimal, f)
     assert f"leadTimeSeconds = {lead} s (derived" in notes
 
@@ -1848,6 +1850,16 @@ BAD = [
         False,
     ),
     Bad(
+        "forecast-grace-shorter-than-research-grace",
+        {
+            "pool": {"forecast": {"enabled": True, "researchGraceSeconds": 300}},
+            "research": [{"name": "eval", "gpusPerJob": 1, "scaledJob": JOB}],
+        },
+        "pool.forecast.researchGraceSeconds (300) is shorter than the research grace period "
+        'of research[0] "eval" (600 s)',
+        False,
+    ),
+    Bad(
         "image-registry-with-scheme",
         {"image": {"registry": "https://registry.example.com"}},
         "at '/image/registry'",
@@ -2338,3 +2350,126 @@ def test_rendered_deployment_runs_the_real_scaler(
             proc.kill()
             out, _ = proc.communicate()
     assert proc.returncode == 0, out
+
+
+QUEUE_COMMAND = """
+import json, os, pathlib
+ck = pathlib.Path(os.environ["GPS_CHECKPOINT_DIR"])
+(ck / "env.json").write_text(json.dumps(dict(os.environ)))
+"""
+
+
+def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
+    helm: Helm, tmp_path: Path, exposition_server: Any
+) -> None:
+    """The research Job's container exactly as rendered (command, args, env expanded as
+    kubelet does from the Secret): the real gpu-pool-worker asks the real scaler for slots,
+    takes the item KEDA's redis trigger sees in the rendered list, runs the original
+    command on it, and completes it."""
+    from scaler.research.queue import WorkQueue
+    from scaler.research.redisconn import connect
+    from tests.support.redisserver import running_redis
+
+    password = "s3cret-Pw_1"
+    redis_gen = running_redis(tmp_path, password=password)
+    redis_server = next(redis_gen)
+    target = exposition_server((FIXTURES / "metrics_idle.txt").read_text())
+    grpc_port, metrics_port = _free_port(), _free_port()
+    root = tmp_path / "checkpoints"
+    values = _merge(
+        MINIMAL,
+        {
+            "server": {"grpcPort": grpc_port, "metricsPort": metrics_port},
+            "scrape": {"intervalSeconds": 0.5, "timeoutSeconds": 0.5, "staleAfterSeconds": 5},
+            "inference": [{**MINIMAL["inference"][0], "targets": {"static": [target.address]}}],
+            # Where KEDA and the worker dial; in a cluster the Service's DNS name.
+            "keda": {"scalerAddress": f"127.0.0.1:{grpc_port}"},
+            "researchQueue": {
+                "redis": {"address": f"127.0.0.1:{redis_server.port}", "secretName": "redis"},
+                "worker": {"checkpointRoot": str(root), "extraArgs": ["--log-format", "text"]},
+            },
+            "research": [
+                {
+                    "name": "eval",
+                    "namespace": "research",
+                    "gpusPerJob": 1,
+                    "maxJobs": 8,
+                    "queue": {"enabled": True},
+                    "scaledJob": {
+                        "jobTemplate": {
+                            "spec": {
+                                "containers": [
+                                    {
+                                        "name": "eval",
+                                        "image": "registry.example/eval:1.0",
+                                        "command": [sys.executable, "-c"],
+                                        "args": [QUEUE_COMMAND],
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    )
+    vfile = tmp_path / "values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    docs = helm.render(vfile)
+    sj = one(docs, "ScaledJob")
+    c = _container(sj)
+    redis_trigger = sj["spec"]["triggers"][1]
+
+    config = tmp_path / "config.yaml"
+    config.write_text(one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["data"]["config.yaml"])
+    scaler = subprocess.Popen(
+        [sys.executable, "-m", "scaler", "serve", "--config", str(config), "--log-format", "text"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    client = connect(redis_server.url)
+    try:
+        _wait(partial(_http_ok, metrics_port, "/readyz"), "scaler ready", scaler)
+        queue = WorkQueue(client)
+        queue.update_classes(add=["eval"])  # `gpu-pool-scaler research classes` (admin)
+        item = queue.submit("eval", {"SHARD": "3"}, submitter="test")
+        # What KEDA's redis trigger reads: the rendered list holds the waiting item.
+        assert client.llen(redis_trigger["metadata"]["listName"]) == 1
+
+        # kubelet: secretKeyRef → value, then $(VAR) expansion in env values and args.
+        env: dict[str, str] = {}
+        for e in c["env"]:
+            if "valueFrom" in e:
+                ref = e["valueFrom"]["secretKeyRef"]
+                assert (ref["name"], ref["key"]) == ("redis", "password")
+                env[e["name"]] = password
+            else:
+                env[e["name"]] = _kubelet_expand(e["value"], env)
+        argv = [_kubelet_expand(a, env) for a in c["command"] + c["args"]]
+        worker_bin = Path(sys.executable).parent / argv[0]
+        assert worker_bin.exists(), f"{worker_bin}: the gpu-pool-worker console script"
+        worker = subprocess.run(
+            [str(worker_bin), *argv[1:]],
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        done = queue.get(item)
+        assert done is not None and done.state == "done", worker.stderr
+        ran = json.loads((root / "eval" / item / "env.json").read_text())
+        assert ran["SHARD"] == "3" and ran["GPS_RESEARCH_CLASS"] == "eval"
+        assert "GPS_REDIS_URL" not in ran  # the URL with the password stays with the worker
+        assert password not in worker.stdout + worker.stderr
+        assert client.llen(redis_trigger["metadata"]["listName"]) == 0
+    finally:
+        client.close()
+        scaler.send_signal(signal.SIGTERM)
+        try:
+            scaler.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            scaler.kill()
+            scaler.communicate()
+        next(redis_gen, None)  # stops redis-server
