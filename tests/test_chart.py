@@ -866,6 +866,11 @@ IMAGE_CASES = [
         "mirror.local:5000/gpu-pool-scaler:{app}",
     ),
     (
+        "kedas-global-spelling",
+        {"global": {"image": {"registry": "mirror.local"}}},
+        "mirror.local/gpu-pool-scaler:{app}",
+    ),
+    (
         "tag",
         {"image": {"registry": "r.example", "tag": "1.2.3"}},
         "r.example/gpu-pool-scaler:1.2.3",

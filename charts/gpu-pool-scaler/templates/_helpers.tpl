@@ -59,11 +59,13 @@ annotations:
 {{- end }}
 {{- end }}
 
-{{/* [registry/]repository(:tag|@digest). global.imageRegistry wins over image.registry
-     (one switch for an air-gapped mirror); no registry = what the node resolves. */}}
+{{/* [registry/]repository(:tag|@digest). global.imageRegistry (or KEDA's spelling,
+     global.image.registry) wins over image.registry: one switch for an air-gapped mirror;
+     no registry = what the node resolves. */}}
 {{- define "gps.image" -}}
 {{- $g := default dict .Values.global }}
-{{- $registry := default .Values.image.registry $g.imageRegistry | trimSuffix "/" }}
+{{- $gImage := default dict $g.image }}
+{{- $registry := default .Values.image.registry (default $gImage.registry $g.imageRegistry) | trimSuffix "/" }}
 {{- $repo := ternary (printf "%s/%s" $registry .Values.image.repository) .Values.image.repository (ne $registry "") }}
 {{- $tag := default .Chart.AppVersion .Values.image.tag }}
 {{- if .Values.image.digest }}
