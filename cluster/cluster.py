@@ -275,7 +275,10 @@ def proc_start_time(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # zombie/dead: exited, not yet reaped by its new parent
+        return None
+    return fields[19]  # field 22: starttime
 
 
 class State:
@@ -555,8 +558,6 @@ def default_sa_exists(api) -> bool:
 def up(args) -> int:
     t0 = time.monotonic()
     st = State(args.state_dir.resolve())
-    if any(st.alive(c) for c in COMPONENTS):
-        raise ClusterError(f"a cluster is already running from {st.root}; run cluster/down first")
     bins = binaries()
     if st.root.exists():
         shutil.rmtree(st.root)  # always a fresh cluster (etcd data included)
@@ -783,6 +784,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "up":
+            # checked before anything is started: a failing `up` stops what it started
+            st = State(args.state_dir.resolve())
+            running = [c for c in COMPONENTS if st.alive(c)]
+            if running:
+                raise ClusterError(f"a cluster is already running from {st.root} ({', '.join(running)});"
+                                   " run cluster/down first")
             try:
                 return up(args)
             except BaseException:

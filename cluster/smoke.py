@@ -179,8 +179,10 @@ def main() -> int:
     free_pods = pool_pods - 3
     job_tpl = pod_template("gps-research", "smoke-research", GPUS_PER_POD)
     job_tpl["spec"]["restartPolicy"] = "Never"
-    # kwok 'general' stages: keep the research pods Running for an hour
-    job_tpl["metadata"]["annotations"] = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s"}
+    # kwok 'general' stages: keep the research pods Running for an hour. Both annotations:
+    # kwok uses the jitter (default 5 s) instead when it is not above the delay.
+    job_tpl["metadata"]["annotations"] = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+                                          "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s"}
     batch.create_namespaced_job(NS, {
         "metadata": {"name": "smoke-research"},
         "spec": {"parallelism": free_pods, "completions": free_pods, "backoffLimit": 100,
