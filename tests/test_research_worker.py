@@ -566,3 +566,15 @@ async def test_worker_asks_the_real_scaler_over_mtls(
     if slots == 0:
         assert "scaler grants 0 slots" in out.decode()
         assert all(it.attempts == 0 for it in (queue.get(i) for i in ids) if it is not None)
+
+
+@pytest.mark.parametrize("secret", ["GPS_REDIS_URL", "GPS_REDIS_PASSWORD", "GPS_REDIS_USERNAME"])
+def test_redis_credentials_never_reach_the_command(secret: str, tmp_path: Path) -> None:
+    """The chart hands the worker its Redis password as env vars; the command gets none."""
+    from scaler.research.model import Item
+    from scaler.research.worker import command_env
+
+    base = {"PATH": "/usr/bin", secret: "s3cr3t"}
+    env = command_env(base, Item("0123456789abcdef", "eval", {"K": "v"}), tmp_path, "eval")
+    assert secret not in env and "s3cr3t" not in env.values()
+    assert env["K"] == "v" and env["PATH"] == "/usr/bin"

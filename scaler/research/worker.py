@@ -71,7 +71,8 @@ EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
 # Never handed to the command: it carries the Redis password.
-_SECRET_ENV = ("GPS_REDIS_URL",)
+# Never handed to the command: the Redis credentials (the chart sets them from a Secret).
+_SECRET_ENV = ("GPS_REDIS_URL", "GPS_REDIS_PASSWORD", "GPS_REDIS_USERNAME")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DEFAULT_GRACE_S = 580.0  # the chart's terminationGracePeriodSeconds is 600: keep 20 s to report
 _STDERR_TAIL = 20
