@@ -23,6 +23,11 @@ def render(d: Decision) -> str:
         ]
         if p.fail_closed:
             lines.append(f"  research fails closed: {p.fail_closed}")
+        if p.forecast_withheld_gpus:
+            lines.append(
+                f"  forecast withholds {p.forecast_withheld_gpus} GPU(s) of the headroom from "
+                "research (inference needs them back within the classes' checkpoint intervals)"
+            )
     for r in d.research.values():
         lines.append(f"research {r.name}: {r.slots} slot(s) × {r.gpus_per_job} GPU(s) — {r.reason}")
     return "\n".join(lines)

@@ -104,7 +104,10 @@ class ControlLoop:
                 None if eps is None else self._tracker.update(svc.name, eps, by_service[svc.name])
             )
         now = self._clock()
-        inp = CycleInput(cfg, targets, self._deps.capacity(cfg), now, self._wall(), generation)
+        wall = self._wall()
+        inp = CycleInput(
+            cfg, targets, self._deps.capacity(cfg), now, wall, generation, calendar=wall
+        )
         result, self._state = step(inp, self._state)
         self._log_changes(result)
         if self._deps.harvest is not None and result.pool is not None:

@@ -29,7 +29,17 @@ from scaler.sim.policies import Ours, PoolView
 POOL_GPUS = 64
 
 
-def config(waiting: float = 5) -> Config:
+def config(waiting: float = 5, *, slo_forecast: bool = False) -> Config:
+    extra_svc: dict[str, Any] = {}
+    extra_pool: dict[str, Any] = {}
+    ckpt: dict[str, Any] = {}
+    evals: dict[str, Any] = {"maxJobs": 16}
+    if slo_forecast:
+        evals = {"maxJobs": 32, "checkpointIntervalSeconds": 600}
+        extra_svc = {"slo": {"ttftSeconds": 2, "attainment": 0.95, "windowSeconds": 900}}
+        extra_pool = {"forecast": {"enabled": True, "minHistoryDays": 0.25, "fitHours": 1}}
+        # train first (priority), checkpoints hourly: the morning ramp is within its reach
+        ckpt = {"checkpointIntervalSeconds": 3600, "priority": 1, "maxJobs": 32}
     return parse_config(
         {
             "pool": {
@@ -37,6 +47,7 @@ def config(waiting: float = 5) -> Config:
                 "capacity": {"gpus": POOL_GPUS},
                 "reserveGPUs": 4,
                 "adaptiveReserve": {"enabled": True, "maxGPUs": 8, "leadTimeSeconds": 60},
+                **extra_pool,
             },
             "scrape": {"intervalSeconds": 5, "staleAfterSeconds": 30},
             "inference": [
@@ -49,11 +60,12 @@ def config(waiting: float = 5) -> Config:
                     "thresholds": {"waitingPerReplica": waiting, "kvCacheUsage": 0.8},
                     "scaleDown": {"stabilizationSeconds": 60},
                     "coldStartSeconds": 30,
+                    **extra_svc,
                 }
             ],
             "research": [
-                {"name": "eval", "gpusPerJob": 1, "maxJobs": 16},
-                {"name": "train", "gpusPerJob": 8, "weight": 2},
+                {"name": "eval", "gpusPerJob": 1, **evals},
+                {"name": "train", "gpusPerJob": 8, "weight": 2, **ckpt},
             ],
         }
     )
@@ -66,8 +78,37 @@ class Cycle:
     starting: int
 
 
-def sample(waiting: float, running: float, kv: float, tokens: float) -> EngineSample:
-    return EngineSample(waiting, running, kv, kv, tokens * 0.8, tokens * 0.2, 0.0, 1.0e9)
+def sample(
+    waiting: float, running: float, kv: float, tokens: float, ttft: Any = None
+) -> EngineSample:
+    return EngineSample(
+        waiting, running, kv, kv, tokens * 0.8, tokens * 0.2, 0.0, 1.0e9, ttft_buckets=ttft
+    )
+
+
+def daily_scenario() -> list[Cycle]:
+    """Two days every 5 min: a daily ramp, TTFT histograms that miss a 2-s objective when a
+    replica serves more than 1.5 req/s, so the slo signal, the forecast (history from the
+    first day) and its research limit all take part."""
+    cycles = []
+    counts: dict[int, list[float]] = {}
+    tokens: dict[int, float] = {}
+    for i in range(2 * 288):
+        now = 300.0 * i
+        rps = 2.0 + 8.0 * max(0.0, math.sin(2 * math.pi * (now % 86400) / 86400)) ** 2
+        ready = min(12, max(1, math.ceil(rps / 1.6)))  # a little short at times
+        per = rps / ready
+        slow = 0.0 if per <= 1.5 else min(0.5, per / 1.5 - 1.0)
+        samples = {}
+        for row in range(ready):
+            c = counts.setdefault(row, [0.0, 0.0])
+            c[0] += per * 300 * (1 - slow)
+            c[1] += per * 300
+            tokens[row] = tokens.get(row, 0.0) + per * 300 * 500
+            ttft = ((1.0, c[0]), (2.5, c[0]), (5.0, c[1]), (math.inf, c[1]))
+            samples[row] = sample(per * 3, per * 4, 0.2, tokens[row], ttft)
+        cycles.append(Cycle(now, samples, 0))
+    return cycles
 
 
 def scenario() -> list[Cycle]:
@@ -122,11 +163,15 @@ class Replay:
 def comparable(d: Decision) -> dict[str, Any]:
     return {
         "seq": d.seq,
+        "wall_time": d.wall_time,
         "services": dict(d.services),
         "research": dict(d.research),
         "pool": d.pool,
         "complete": d.complete,
     }
+
+
+EPOCH = 1_715_299_200.0  # Fri 2024-05-10 00:00 UTC: the calendar of both paths
 
 
 async def through_server(cfg: Config, cycles: Sequence[Cycle]) -> list[Decision]:
@@ -139,7 +184,7 @@ async def through_server(cfg: Config, cycles: Sequence[Cycle]) -> list[Decision]
         LoopDeps(capacity=lambda _c: Capacity(POOL_GPUS)),
         ScalerMetrics(CollectorRegistry()),
         clock=replay.clock,
-        wall_clock=lambda: 0.0,
+        wall_clock=lambda: EPOCH + replay.clock(),
     )
     out = []
     for i in range(len(cycles)):
@@ -149,7 +194,7 @@ async def through_server(cfg: Config, cycles: Sequence[Cycle]) -> list[Decision]
 
 
 def through_bench(cfg: Config, cycles: Sequence[Cycle]) -> list[Decision]:
-    ours = Ours("ours", cfg, POOL_GPUS)
+    ours = Ours("ours", cfg, POOL_GPUS, calendar_offset=EPOCH)
     out = []
     for c in cycles:
         ready = len(c.samples)
@@ -179,3 +224,21 @@ async def test_control_different_config_gives_different_decisions(waiting: float
     server = await through_server(config(), cycles)
     bench = through_bench(config(waiting=waiting), cycles)
     assert [comparable(d) for d in server] != [comparable(d) for d in bench]
+
+
+async def test_slo_and_forecast_decide_the_same_on_both_paths() -> None:
+    cycles = daily_scenario()
+    cfg = config(slo_forecast=True)
+    server = await through_server(cfg, cycles)
+    bench = through_bench(cfg, cycles)
+    for s, b in zip(server, bench, strict=True):
+        assert comparable(s) == comparable(b), f"cycle {s.seq}"
+    chat = [d.services["chat"] for d in server]
+    # Every new part took part: the slo signal measured and learned a capacity, the
+    # forecast started on the second day and asked, and it held research back.
+    assert any(c.slo is not None and c.slo.capacity_rps is not None for c in chat)
+    assert any(c.decided_by == "slo" for c in chat)
+    assert any(c.decided_by == "forecast" for c in chat[288:])
+    assert all("reactive only" in c.forecast_note for c in chat[:60])
+    assert any(sum(r.withheld_slots for r in d.research.values()) > 0 for d in server)
+    assert any(d.pool is not None and d.pool.forecast_withheld_gpus > 0 for d in server)

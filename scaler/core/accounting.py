@@ -116,8 +116,16 @@ def split_pool(
     reserve_gpus: int,
     *,
     ready_for_research: bool,
+    withhold: Mapping[str, int] | None = None,
 ) -> tuple[PoolSplit, dict[str, ResearchDecision]]:
-    """The pool split and each research class's total slots (KEDA subtracts running Jobs)."""
+    """The pool split and each research class's total slots (KEDA subtracts running Jobs).
+
+    `withhold` (from the forecast, per class): GPUs of today's headroom that inference is
+    predicted to need back within the class's checkpoint interval. Classes are served as
+    usual, then capped so that for each class c, the GPUs lent to c and to every class with
+    a checkpoint interval at least as long fit in headroom − withhold[c]: a Job is started
+    only where it can save a checkpoint before it would be preempted. Only ever lowers.
+    """
     if reserve_gpus < 0:
         raise ValueError(f"reserve_gpus must be >= 0, got {reserve_gpus}")
     inf = inference_gpus(cfg, decisions)
@@ -134,6 +142,7 @@ def split_pool(
         return split, research
 
     slots = allocate(list(cfg.research), headroom)
+    withheld = _withhold(cfg, slots, headroom, withhold or {})
     used = sum(slots[c.name] * c.gpusPerJob for c in cfg.research)
     left = headroom - used
     for c in cfg.research:
@@ -149,15 +158,46 @@ def split_pool(
             )
         else:
             why = f"{left} GPU(s) left < {c.gpusPerJob} per Job"
+        if withheld[c.name]:
+            why = (
+                f"forecast withholds {withheld[c.name]} Job(s): inference needs "
+                f"{(withhold or {}).get(c.name, 0)} more GPU(s) within its "
+                f"{c.checkpointIntervalSeconds:.0f} s checkpoint interval"
+            )
         research[c.name] = ResearchDecision(
             c.name,
             n,
             c.gpusPerJob,
             f"{n} × {c.gpusPerJob} GPU(s) of {headroom} headroom (priority {c.priority},"
             f" weight {c.weight:g}); {why}",
+            withheld_slots=withheld[c.name],
         )
-    split = PoolSplit(total, inf, reserve_gpus, foreign, headroom, used, fail_closed=None)
+    held_back = sum(withheld[c.name] * c.gpusPerJob for c in cfg.research)
+    split = PoolSplit(
+        total, inf, reserve_gpus, foreign, headroom, used, None, forecast_withheld_gpus=held_back
+    )
     return split, research
+
+
+def _withhold(
+    cfg: Config, slots: dict[str, int], headroom: int, withhold: Mapping[str, int]
+) -> dict[str, int]:
+    """Lower `slots` in place under the forecast's per-class limits; returns what each lost.
+
+    Longest checkpoint interval first: its limit covers itself; a shorter one's limit
+    covers itself and every longer one (their Jobs would be preempted as soon)."""
+    lost = {c.name: 0 for c in cfg.research}
+    order = sorted(cfg.research, key=lambda c: -c.checkpointIntervalSeconds)
+    used = 0
+    for c in order:
+        keep = max(0, headroom - max(0, withhold.get(c.name, 0)))
+        room = max(0, keep - used)
+        fit = room // c.gpusPerJob
+        if slots[c.name] > fit:
+            lost[c.name] = slots[c.name] - fit
+            slots[c.name] = fit
+        used += slots[c.name] * c.gpusPerJob
+    return lost
 
 
 class HarvestMeter:

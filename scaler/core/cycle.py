@@ -2,7 +2,8 @@
 
     step(CycleInput, CycleState) -> (Decision, CycleState)
 
-aggregate each service's TargetStates -> policy.decide -> reserve -> accounting.split_pool.
+aggregate each service's TargetStates -> forecast -> policy.decide -> reserve ->
+accounting.split_pool (with the forecast's research limits).
 The server's control loop (`scaler.loop`), the simulator's `ours` policy (`scaler.sim`) and
 the demo all call this function, so the bench measures exactly what the server runs.
 Scraping, discovery, capacity reading and clocks stay outside: the caller passes their
@@ -12,13 +13,15 @@ results in. `prev` is never changed; the returned state replaces it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scaler.config import Config
+from scaler.config import Config, InferenceService
+from scaler.core import forecast
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
-from scaler.core.decision import Decision, ServiceDecision
+from scaler.core.decision import Decision, ServiceDecision, SignalVerdict
+from scaler.core.forecast import History
 from scaler.core.load import TargetState
 from scaler.core.policy import PolicyState, decide
 from scaler.core.reserve import ReserveTracker
@@ -33,6 +36,9 @@ class CycleInput:
     now: float  # monotonic seconds: windows, staleness, reserve history
     wall_time: float = 0.0  # for humans (Decision.wall_time)
     generation: int = 0  # config generation the decision is made under
+    # Wall-clock Unix seconds for the forecast's time of day / day of week (the server: its
+    # clock; the bench: simulated). None: the forecast is unavailable (reactive only).
+    calendar: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,15 +51,38 @@ class CycleState:
     # Research waits for one complete cycle: until every service's load has been seen once,
     # lending could take GPUs inference needs.
     had_complete_cycle: bool = False
+    # pool.forecast: needed replicas by day and time slot, per service.
+    forecast: Mapping[str, History] = field(default_factory=dict)
 
 
 def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     cfg, now = inp.config, inp.now
+    fc = cfg.pool.forecast
     services: dict[str, ServiceDecision] = {}
     policy: dict[str, PolicyState] = {}
+    history: dict[str, History] = {}
     for svc in cfg.inference:
         load = aggregate(svc.name, inp.targets.get(svc.name), now, cfg.scrape.staleAfterSeconds)
-        services[svc.name], policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now)
+        hist = prev.forecast.get(svc.name)
+        ahead = None
+        note = ""
+        if fc.enabled and inp.calendar is not None:
+            lead = svc.coldStartSeconds + fc.researchGraceSeconds
+            p = forecast.predict(hist, fc, inp.calendar, lead)
+            note = p.note
+            if p.replicas is not None:
+                ahead = SignalVerdict(
+                    "forecast", p.replicas, p.replicas, p.replicas, note=f"{p.note} ahead"
+                )
+        d, policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now, forecast=ahead)
+        services[svc.name] = replace(d, forecast_note=note) if note else d
+        if fc.enabled and inp.calendar is not None:
+            need = _reactive_need(svc, d)
+            history[svc.name] = (
+                forecast.record(hist, fc, inp.calendar, need)
+                if need is not None
+                else (hist or forecast.empty(fc))
+            )
     complete = all(d.fresh for d in services.values())
 
     reserve = ReserveTracker(cfg.pool) if prev.reserve is None else prev.reserve.copy()
@@ -61,7 +90,12 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.observe(now, inference_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
     pool, research = split_pool(
-        cfg, services, inp.capacity, reserve.reserve(now), ready_for_research=ready
+        cfg,
+        services,
+        inp.capacity,
+        reserve.reserve(now),
+        ready_for_research=ready,
+        withhold=_withhold(cfg, services, history, inp.calendar),
     )
     seq = prev.seq + 1
     decision = Decision(
@@ -75,4 +109,46 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         complete=complete,
         made_at=now,
     )
-    return decision, CycleState(seq, MappingProxyType(policy), reserve, ready)
+    state = CycleState(seq, MappingProxyType(policy), reserve, ready, MappingProxyType(history))
+    return decision, state
+
+
+def _reactive_need(svc: InferenceService, d: ServiceDecision) -> int | None:
+    """What the signals alone asked (the forecast's own ask left out, so it never feeds
+    itself), clamped; None without fresh evidence (nothing is recorded then)."""
+    if not d.fresh:
+        return None
+    asks = [v.replicas for v in d.signals if not v.abstain and v.signal != "forecast"]
+    if not asks:
+        return None
+    return max(svc.minReplicas, min(svc.maxReplicas, max(asks)))
+
+
+def _withhold(
+    cfg: Config,
+    services: Mapping[str, ServiceDecision],
+    history: Mapping[str, History],
+    calendar: float | None,
+) -> dict[str, int]:
+    """Per research class: GPUs inference is predicted to need, beyond what it holds or asks
+    now, within the class's checkpoint interval. 0 when the forecast is not usable."""
+    fc = cfg.pool.forecast
+    out: dict[str, int] = {}
+    if not fc.enabled or calendar is None:
+        return out
+    for c in cfg.research:
+        if c.checkpointIntervalSeconds <= 0:
+            continue
+        extra = 0
+        for svc in cfg.inference:
+            d = services.get(svc.name)
+            if d is None:
+                continue
+            p = forecast.predict(history.get(svc.name), fc, calendar, c.checkpointIntervalSeconds)
+            if p.replicas is None:
+                continue
+            held = d.current if d.desired is None else max(d.desired, d.current)
+            want = min(svc.maxReplicas, p.replicas)
+            extra += max(0, want - held) * svc.gpusPerReplica
+        out[c.name] = extra
+    return out

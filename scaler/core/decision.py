@@ -58,6 +58,7 @@ class ServiceDecision:
     recommended: int | None = None  # max over signals, clamped, before stabilization and steps
     hpa_note: str = ""  # set when the HPA's default 10 % tolerance would swallow this change
     slo: SloStatus | None = None
+    forecast_note: str = ""  # pool.forecast on: what it is based on, or why it is not used
 
 
 @dataclass(frozen=True, slots=True)

@@ -507,6 +507,8 @@ def format_decision(d: ServiceDecision) -> str:
             )
     if d.slo is not None:
         lines.append("  " + format_slo(d.slo))
+    if d.forecast_note:
+        lines.append(f"  forecast: {d.forecast_note}")
     if d.hpa_note:
         lines.append(f"  hpa: {d.hpa_note}")
     return "\n".join(lines)

@@ -46,6 +46,7 @@ PROBE_FROM = 0.8
 CEILING_S = 6 * 3600.0
 
 _EPS = 1e-9
+_MAX_ASK = 1e6  # replicas; the policy clamps to maxReplicas anyway
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +161,7 @@ def verdict(
         return SignalVerdict("slo", value, slo.attainment, 0, note=note), status
     base = 0
     if capacity is not None and capacity > 0 and m.rps is not None:
-        base = max(0, math.ceil(m.rps / capacity - _EPS))
+        base = max(0, math.ceil(min(m.rps / capacity, _MAX_ASK) - _EPS))
     recent = measure(window, need, _settled_since(svc, raised_at))
     on_the_way = load.ready + load.starting
     note = f"TTFT <= {slo.ttftSeconds:g} s for {m.attainment:.2%} of {m.requests:.0f}"
@@ -194,7 +195,7 @@ def learn(
     recent = measure(window, need, _settled_since(svc, raised_at))
     quiet = prev.changed_at is None or now - prev.changed_at >= slo.windowSeconds
     if breached(slo, recent):
-        if load.starting == 0 and quiet and recent.per_replica is not None:
+        if load.starting == 0 and quiet and recent.per_replica:  # (a rate > 0)
             lowered = recent.per_replica * (1 - DECREASE)
             cap = lowered if cap is None else min(cap, lowered)
             return Learned(cap, now, recent.per_replica, now)

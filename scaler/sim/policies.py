@@ -109,6 +109,9 @@ class Ours(Policy):
     tracker: TargetTracker = field(default_factory=TargetTracker)
     desired: int | None = None
     decision: Decision | None = None
+    # Simulated wall clock = this + view.now (Unix seconds): the forecast's time of day and
+    # day of week, as the server takes them from its clock.
+    calendar_offset: float = 0.0
 
     def control(self, view: PoolView) -> None:
         svc = self.cfg.inference[0]
@@ -121,7 +124,10 @@ class Ours(Policy):
             for row, s in view.samples.items()
         }
         targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
-        inp = CycleInput(self.cfg, targets, Capacity(self.capacity_gpus), view.now)
+        wall = self.calendar_offset + view.now
+        inp = CycleInput(
+            self.cfg, targets, Capacity(self.capacity_gpus), view.now, wall, calendar=wall
+        )
         self.decision, self.cycle = step(inp, self.cycle)
         self.desired = self.decision.services[svc.name].desired
         assert self.decision.pool is not None

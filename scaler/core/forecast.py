@@ -1,0 +1,152 @@
+"""Forecast-aware decisions: a bounded per-service history of needed replicas by time slot,
+and what it predicts. Pure: the caller passes the wall-clock time (`calendar`, Unix seconds).
+
+History: per service and calendar day (UTC), the largest reactive recommendation seen in
+each `pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB per service).
+Prediction for a future instant: the same slot on the same weekday of past weeks when the
+history has them, else the same slot of the last three days; the largest of those values
+(conservative: the forecast may only add replicas or withhold research GPUs).
+
+The forecast is not used (`Prediction.replicas` None, with the reason) when:
+* the history holds less than `minHistoryDays` of observed slots;
+* no past day has the slots asked about;
+* today does not fit: over the last `fitHours` of today, the observed need differs from
+  what the history predicted for those slots by more than `maxErrorFraction` of the
+  prediction on average (and by more than one replica): a day unlike the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from scaler.config import Forecast
+
+DAY = 86400.0
+WEEK_DAYS = 7
+_LOOKBACK_DAYS = 3  # without a week of history: the same slot of the last three days
+_NONE = -1  # a slot without observations
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """Needed replicas per calendar day (Unix day number) and slot; -1 = not observed."""
+
+    slot_s: float
+    days: Mapping[int, tuple[int, ...]]
+
+    @property
+    def slots_per_day(self) -> int:
+        return max(1, round(DAY / self.slot_s))
+
+    def observed_days(self) -> float:
+        return sum(sum(1 for v in d if v >= 0) for d in self.days.values()) / self.slots_per_day
+
+
+def empty(cfg: Forecast) -> History:
+    return History(cfg.slotSeconds, MappingProxyType({}))
+
+
+def _where(h: History, t: float) -> tuple[int, int]:
+    day = math.floor(t / DAY)
+    slot = min(h.slots_per_day - 1, int((t - day * DAY) // h.slot_s))
+    return day, slot
+
+
+def record(h: History | None, cfg: Forecast, t: float, needed: int) -> History:
+    """The history with `needed` replicas observed at `t` (Unix seconds); old days dropped.
+    A changed slot length starts a new history (the old slots do not line up)."""
+    if h is None or h.slot_s != cfg.slotSeconds:
+        h = empty(cfg)
+    day, slot = _where(h, t)
+    today = h.days.get(day) or (_NONE,) * h.slots_per_day
+    if today[slot] >= needed:
+        days = h.days
+    else:
+        row = list(today)
+        row[slot] = needed
+        days = {d: v for d, v in h.days.items() if day - cfg.historyDays < d <= day}
+        days[day] = tuple(row)
+        days = MappingProxyType(days)
+    if len(days) > cfg.historyDays:
+        days = MappingProxyType({d: v for d, v in days.items() if day - cfg.historyDays < d})
+    return History(h.slot_s, days)
+
+
+def _predict_slot(h: History, t: float, now: float) -> int | None:
+    day, slot = _where(h, t)
+    today, now_slot = _where(h, now)
+    vals = []
+    for d in [day - k * WEEK_DAYS for k in range(1, 6)]:
+        if d in h.days and h.days[d][slot] >= 0:
+            vals.append(h.days[d][slot])
+    if not vals:
+        for d in range(day - 1, day - 1 - _LOOKBACK_DAYS, -1):
+            if d > today or (d == today and slot >= now_slot):
+                continue  # not observed yet (or still being observed)
+            if d in h.days and h.days[d][slot] >= 0:
+                vals.append(h.days[d][slot])
+    return max(vals) if vals else None
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    replicas: int | None  # most replicas needed within the horizon; None: not used
+    note: str  # why not used, or what it is based on
+
+
+def _fit_error(h: History, cfg: Forecast, now: float) -> tuple[float, float] | None:
+    """(mean |observed - predicted|, mean predicted) over today's last fitHours of slots."""
+    today, now_slot = _where(h, now)
+    row = h.days.get(today)
+    if row is None:
+        return None
+    n = max(1, round(cfg.fitHours * 3600 / h.slot_s))
+    errs, preds = [], []
+    for slot in range(max(0, now_slot - n), now_slot):  # complete slots only
+        obs = row[slot]
+        if obs < 0:
+            continue
+        p = _predict_slot(h, today * DAY + slot * h.slot_s, today * DAY + slot * h.slot_s)
+        if p is None:
+            continue
+        errs.append(abs(obs - p))
+        preds.append(p)
+    if not errs:
+        return None
+    return sum(errs) / len(errs), sum(preds) / len(preds)
+
+
+def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> Prediction:
+    """Most replicas the history says the service needs within [now, now + horizon_s]."""
+    if h is None or not h.days:
+        return Prediction(None, "no history yet: reactive only")
+    have = h.observed_days()
+    if have < cfg.minHistoryDays:
+        return Prediction(
+            None, f"{have:.1f} of {cfg.minHistoryDays:g} days of history: reactive only"
+        )
+    fit = _fit_error(h, cfg, now)
+    if fit is not None:
+        err, mean = fit
+        if err > 1.0 and err > cfg.maxErrorFraction * max(mean, 1.0):
+            return Prediction(
+                None,
+                f"today does not fit the history (off by {err:.1f} replicas on average over "
+                f"the last {cfg.fitHours:g} h): reactive only",
+            )
+    best: int | None = None
+    t = now
+    end = now + max(0.0, horizon_s)
+    while True:
+        p = _predict_slot(h, t, now)
+        if p is not None:
+            best = p if best is None else max(best, p)
+        if t >= end:
+            break
+        t = min(end, (math.floor(t / h.slot_s) + 1) * h.slot_s)
+    if best is None:
+        return Prediction(None, "no past day has these hours: reactive only")
+    return Prediction(best, f"most needed within {horizon_s:.0f} s ({have:.1f} days of history)")

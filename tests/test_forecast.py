@@ -1,0 +1,175 @@
+"""The forecast (scaler/core/forecast.py) and its research limit (accounting.split_pool's
+`withhold`): bounded history, what it predicts, when it falls back to reactive, and that it
+only ever adds to inference or withholds from research. Times are injected."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scaler.config import Forecast, parse_config
+from scaler.core.accounting import Capacity, split_pool
+from scaler.core.decision import ServiceDecision
+from scaler.core.forecast import DAY, History, predict, record
+
+FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
+MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
+
+
+def days_of(pattern: list[int], n_days: float, fc: Forecast = FC, start: float = MON) -> History:
+    """n_days of the same daily pattern (one value per hour, held for each slot)."""
+    h: History | None = None
+    per_day = int(DAY // fc.slotSeconds)
+    for d in range(int(n_days + 0.999)):
+        for s in range(min(per_day, round((n_days - d) * per_day))):
+            t = start + d * DAY + s * fc.slotSeconds
+            h = record(h, fc, t, pattern[int(s * fc.slotSeconds // 3600)])
+    assert h is not None
+    return h
+
+
+RAMP = [2] * 8 + [4, 8, 12, 12, 12, 12, 12, 12, 10, 8, 6, 4] + [2] * 4  # 24 hourly values
+
+
+def test_history_is_bounded() -> None:
+    fc = Forecast(enabled=True, historyDays=3, minHistoryDays=1)
+    h = days_of(RAMP, 10, fc)
+    assert len(h.days) == 3 and max(h.days) == 19_723 + 9
+    assert all(len(v) == 144 for v in h.days.values())
+
+
+def test_record_keeps_the_largest_need_per_slot() -> None:
+    h = record(None, FC, MON + 10, 3)
+    h = record(h, FC, MON + 20, 7)
+    h = record(h, FC, MON + 30, 5)
+    assert h.days[19_723][0] == 7 and h.days[19_723][1] == -1
+
+
+PREDICT: dict[str, tuple[History | None, float, float, int | None, str]] = {
+    # history, now (offset into the day after the history), horizon, replicas, note
+    "no-history": (None, 7 * 3600, 1800, None, "no history yet"),
+    "half-a-day-is-too-short": (days_of(RAMP, 0.5), 7 * 3600 - DAY, 1800, None, "0.5 of 1"),
+    "one-day-predicts-the-ramp-ahead": (days_of(RAMP, 1), 7.6 * 3600, 1800, 4, "1.0 days"),
+    "horizon-reaches-further-up": (days_of(RAMP, 1), 7.6 * 3600, 3 * 3600, 12, "within 10800"),
+    "quiet-hours-predict-quiet": (days_of(RAMP, 3), 2 * 3600, 1800, 2, "3.0 days"),
+}
+
+
+@pytest.mark.parametrize(
+    ("h", "offset", "horizon", "replicas", "note"), PREDICT.values(), ids=PREDICT.keys()
+)
+def test_predict(
+    h: History | None, offset: float, horizon: float, replicas: int | None, note: str
+) -> None:
+    n_days = 0 if h is None or not h.days else max(h.days) - 19_723 + 1
+    p = predict(h, FC, MON + n_days * DAY + offset, horizon)
+    assert p.replicas == replicas
+    assert note in p.note
+
+
+def test_same_weekday_wins_over_yesterday() -> None:
+    # A week where Sunday (day 6) is quiet: next Sunday predicts Sunday's, not Saturday's.
+    h: History | None = None
+    for d in range(7):
+        pattern = [1] * 24 if d == 6 else RAMP
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, pattern[s // 6])
+    assert h is not None
+    sunday_noon = MON + 13 * DAY + 12 * 3600
+    assert predict(h, FC, sunday_noon, 600).replicas == 1
+    assert predict(h, FC, sunday_noon - DAY, 600).replicas == 12  # Saturday as on Saturday
+
+
+def test_a_day_unlike_the_others_falls_back_to_reactive() -> None:
+    h = days_of(RAMP, 3)
+    today = MON + 3 * DAY
+    for s in range(8 * 6, 11 * 6):  # 08:00-11:00 observed quiet instead of the ramp
+        h = record(h, FC, today + s * 600, 2)
+    p = predict(h, FC, today + 11 * 3600, 1800)
+    assert p.replicas is None and "does not fit" in p.note
+    # The same hours as the history predicted: it is used.
+    h2 = days_of(RAMP, 3)
+    for s in range(8 * 6, 11 * 6):
+        h2 = record(h2, FC, today + s * 600, RAMP[s // 6])
+    assert predict(h2, FC, today + 11 * 3600, 1800).replicas == 12
+
+
+def test_changed_slot_length_starts_over() -> None:
+    h = days_of(RAMP, 2)
+    fc = Forecast(enabled=True, slotSeconds=300)
+    h2 = record(h, fc, MON + 2 * DAY, 3)
+    assert h2.slot_s == 300 and len(h2.days) == 1
+
+
+# --- the research limit ----------------------------------------------------------------
+
+
+def cfg() -> Any:
+    return parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 64}},
+            "inference": [
+                {"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}},
+            ],
+            "research": [
+                {
+                    "name": "pretrain",
+                    "gpusPerJob": 8,
+                    "priority": 2,
+                    "checkpointIntervalSeconds": 1800,
+                },
+                {
+                    "name": "finetune",
+                    "gpusPerJob": 4,
+                    "priority": 1,
+                    "checkpointIntervalSeconds": 1200,
+                },
+                {"name": "eval", "gpusPerJob": 1, "checkpointIntervalSeconds": 0},
+            ],
+        }
+    )
+
+
+def decision(desired: int) -> ServiceDecision:
+    return ServiceDecision(
+        "chat", "default", desired, desired, desired, 0, "", fresh=True, gpus_per_replica=4
+    )
+
+
+WITHHOLD = {
+    # withhold per class -> expected slots per class, GPUs withheld
+    "none": ({}, {"pretrain": 4, "finetune": 0, "eval": 0}, 0),
+    "long-class-limited": (
+        {"pretrain": 16, "finetune": 0},
+        {"pretrain": 2, "finetune": 0, "eval": 0},
+        16,
+    ),
+    "short-class-limit-covers-longer": (
+        # finetune's limit (32 GPUs) covers pretrain's Jobs too: 4 x 8 = 32 fits, finetune 0
+        {"pretrain": 0, "finetune": 16},
+        {"pretrain": 4, "finetune": 0, "eval": 0},
+        0,
+    ),
+    "all-headroom-needed": (
+        {"pretrain": 40, "finetune": 40},
+        {"pretrain": 0, "finetune": 0, "eval": 0},
+        32,
+    ),
+}
+
+
+@pytest.mark.parametrize(("withhold", "slots", "withheld"), WITHHOLD.values(), ids=WITHHOLD.keys())
+def test_withhold_only_lowers_research(
+    withhold: dict[str, int], slots: dict[str, int], withheld: int
+) -> None:
+    c = cfg()
+    # 64 GPUs, 8 replicas x 4 = 32 held: 32 headroom; pretrain (priority 2) takes it all.
+    pool, research = split_pool(
+        c, {"chat": decision(8)}, Capacity(64), 0, ready_for_research=True, withhold=withhold
+    )
+    assert {k: v.slots for k, v in research.items()} == slots
+    assert pool.forecast_withheld_gpus == withheld
+    assert pool.inference_gpus == 32  # the forecast never takes GPUs from inference
+    if withheld:
+        assert "forecast withholds" in research["pretrain"].reason
