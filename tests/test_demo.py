@@ -29,9 +29,16 @@ from scaler.core.load import EngineSample
 from scaler.demo.cluster import DemoCluster
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
-from scaler.demo.queue import QueueError, SimItem, SimQueue, seed_budget, seed_items
+from scaler.demo.queue import (
+    QueueError,
+    SimItem,
+    SimQueue,
+    seed_budget,
+    seed_count,
+    seed_items,
+)
 from scaler.demo.run import run
-from scaler.demo.scenario import Params, parse_args
+from scaler.demo.scenario import Params, parse_args, research_classes
 from scaler.research.model import DONE, QUEUED, REQUEUED, RUNNING
 from scaler.sim.kube import JobState, ResearchClassSpec
 from scaler.sim.pods import RepState
@@ -193,7 +200,8 @@ def test_preempted_item_returns_to_the_front_with_its_checkpoint_and_completes_o
         c.step(t, 10.0, idle)
         t += 10.0
     # Resumed from the checkpoint: 1400 s of work left, from 1062 + 10 s of start-up.
-    assert big.state == DONE and 2470.0 <= t <= 2490.0
+    (done,) = [e for e in c.events if e.kind == "item-done"]
+    assert big.state == DONE and done.t == pytest.approx(1072.0 + 1400.0)
     assert [k for k, *_ in item_events(c, "ft-1")] == [
         "item-taken",
         "item-requeued",
@@ -210,17 +218,42 @@ def test_preempted_item_returns_to_the_front_with_its_checkpoint_and_completes_o
     with pytest.raises(QueueError):  # done at most once
         q.finish(big, t)
 
-    # The next Job takes the second item; then the queue is empty: min(slots, 0) = no Job.
-    assert c.scaled_job_poll("finetune", 1.0, t) == 1
-    while small.state != DONE and t < 9000.0:
+    # The same worker goes on with the next item, in the same pod, from that moment.
+    assert small.state == RUNNING and c.jobs_in(JobState.RUNNING, "finetune") == 1
+    assert [(k, tt) for k, tt, _ in item_events(c, "ft-2")] == [("item-taken", done.t)]
+    while c.jobs_in(JobState.RUNNING, "finetune") and t < 9000.0:
         c.step(t, 10.0, idle)
         t += 10.0
     assert small.state == DONE
+    assert [e.t for e in c.events if e.kind == "item-done"][1] == pytest.approx(done.t + 500.0)
+    # Then its take gets nothing: the worker exits, the Job completes; nothing waits, so
+    # KEDA's min(slots, waiting) creates no Job.
+    (exit_,) = [e for e in c.events if e.kind == "worker-exit"]
+    assert exit_.detail == {"why": "queue empty", "items": 2}
+    assert c.jobs_in(JobState.DONE, "finetune") == 1 and c.jobs_created == 1
     assert c.scaled_job_poll("finetune", 1.0, t) == 0
     assert [(qc.queued, qc.requeued, qc.running, qc.done) for qc in q.counts()] == [
         (0, 0, 0, 0),
         (0, 0, 0, 2),
     ]
+
+
+def test_worker_takes_the_next_item_only_while_the_class_has_a_slot() -> None:
+    first, second = SimItem("e-1", "eval", 1, 600.0), SimItem("e-2", "eval", 1, 600.0)
+    c = make_cluster(pool_gpus=64, items=[first, second])
+    c.start_with(1, 0.0)
+    assert c.scaled_job_poll("eval", 1.0, 0.0) == 1
+    c.step(0.0, 1.0, idle)
+    assert first.state == RUNNING
+    c.scaled_job_poll("eval", 0.0, 100.0)  # inference needs the GPUs: 0 slots
+    t = 1.0
+    while c.jobs_in(JobState.RUNNING, "eval") and t < 2000.0:
+        c.step(t, 5.0, idle)
+        t += 5.0
+    # Fail closed: done with its item, the worker takes nothing more and exits.
+    assert (first.state, second.state) == (DONE, QUEUED)
+    (exit_,) = [e for e in c.events if e.kind == "worker-exit"]
+    assert exit_.detail == {"why": "0 slots", "items": 1}
 
 
 @pytest.mark.parametrize(
@@ -258,8 +291,8 @@ def test_a_job_with_nothing_to_take_ends_once_its_pod_started(why: str) -> None:
         q.slots["eval"] = 4
         c.pods.create_jobs("eval", 2.0, 0.0)
     c.step(0.0, 1.0, idle)
-    ended = [e for e in c.events if e.kind == "job-took-nothing"]
-    assert len(ended) == 1 and q.took_nothing["eval"] == 1
+    ended = [e for e in c.events if e.kind == "worker-exit"]
+    assert [e.detail["items"] for e in ended] == [0] and q.took_nothing["eval"] == 1
     assert item.state == (QUEUED if why == "no-slot" else RUNNING)
     c.step(1.0, STARTUP_S, idle)  # started, found nothing, exited 0: its GPU is free
     assert c.jobs_in(JobState.DONE, "eval") == 1
@@ -274,9 +307,12 @@ def test_seeded_batch_reaches_its_gpu_hours_deterministically() -> None:
     b = seed_items(classes, [budget, 1.0], seed=3)
     assert [(x.id, x.work_s) for x in a] == [(x.id, x.work_s) for x in b]
     by = {c.name: [x for x in a if x.research_class == c.name] for c in classes}
-    # 100-hour eval items: two reach 200 GPU-hours; one 400-GPU-hour finetune item > 1.
+    # 100-hour eval items: two hold 200 GPU-hours; a 400-GPU-hour finetune item is at least
+    # one item.
     assert [len(by["eval"]), len(by["finetune"])] == [2, 1]
-    assert sum(x.gpu_hours for x in by["eval"]) >= budget
+    assert sum(x.gpu_hours for x in by["eval"]) == pytest.approx(budget)
+    # The demo's classes at 64 GPUs (docs/demo.md): 157 eval, 10 finetune, 2 pretrain.
+    assert [seed_count(c, budget) for c in research_classes()] == [157, 10, 2]
     q = SimQueue(("eval", "finetune"))
     for x in a:
         q.submit(x)
@@ -657,7 +693,9 @@ def test_work_queue_drains_at_night_and_refills_when_the_morning_preempts(day: D
         assert counts["done"] == sum(e["kind"] == "item-done" for e in mine)
         assert counts["preempted_requeued"] == sum(e["kind"] == "item-requeued" for e in mine)
         assert counts["taken"] == sum(e["kind"] == "item-taken" for e in mine)
-        assert counts["jobs_took_nothing"] == sum(e["kind"] == "job-took-nothing" for e in mine)
+        exits = [e for e in mine if e["kind"] == "worker-exit"]
+        assert counts["worker_exits"] == len(exits)
+        assert counts["jobs_took_nothing"] == sum(e["detail"]["items"] == 0 for e in exits)
         assert counts["preempted_requeued"] <= sum(e["kind"] == "preempt" for e in mine)
         final = [st for it, st in state.items() if cls_of[it] == c]
         assert counts["running"] == final.count("running")

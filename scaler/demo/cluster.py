@@ -22,7 +22,7 @@ from scaler.sim.pods import Changes, InfReplica, Lifecycle, Pods, RepState
 class Event:
     t: float  # simulated seconds since the start of the run
     # scale | replica-ready | replica-gone | jobs-created | preempt | job-done, and with the
-    # simulated queue: items-seeded | item-taken | item-done | item-requeued | job-took-nothing
+    # simulated queue: items-seeded | item-taken | item-done | item-requeued | worker-exit
     kind: str
     subject: str
     detail: dict[str, float | int | str] = field(default_factory=dict)
@@ -180,6 +180,9 @@ class DemoCluster:
         """Advance to `now + dt` (`idle(row)`: a draining replica's process has finished).
         Returns what changed: replicas gone (stop their rows), Ready (start serving)."""
         end = now + dt
+        if self.queue is not None:  # workers done with an item go on to the next one
+            for t, kind, cls, qd in self.queue.before_step(end, self.pods.running, self.ledger):
+                self.events.append(Event(t, kind, cls, qd))
         ch = self.pods.step(end, idle)
         for job, lost in ch.preempted:
             detail: dict[str, float | int | str] = {"gpus": job.cls.gpus, "lost_gpu_s": lost}
@@ -192,7 +195,9 @@ class DemoCluster:
             self.events.append(Event(end, "job-done", job.cls.name, {"gpus": job.cls.gpus}))
         if self.queue is not None:
             preempted = [job for job, _ in ch.preempted]
-            for kind, cls, qd in self.queue.sync(end, self.pods.running, preempted, ch.completed):
-                self.events.append(Event(end, kind, cls, qd))
+            for t, kind, cls, qd in self.queue.after_step(
+                end, self.pods.running, preempted, ch.completed
+            ):
+                self.events.append(Event(t, kind, cls, qd))
         self.research_gpu_s += sum(j.cls.gpus for j in self.pods.running) * dt
         return ch

@@ -10,18 +10,19 @@ Python, with the state names of `scaler.research.model`:
                  │                   the pod is gone (grace period) ─► requeued, at the FRONT,
                  └──── take ◄──────── with its progress up to its last checkpoint
 
-What a research Job does with it, as `gpu-pool-worker` does (one item per Job here):
-* when its pod starts running, the worker checks the class's slots (fail closed: the
-  latest ScaledJob answer the KEDA driver got through gRPC; no answer, 0 slots or as many
-  items running as slots → take nothing) and takes the front item of its class;
+What a research Job's worker does with it, as `gpu-pool-worker` does:
+* when its pod has started, and again each time its item is done, it checks the class's
+  slots (fail closed: the latest ScaledJob answer the KEDA driver got through gRPC; no
+  answer, 0 slots or as many items running as slots → take nothing) and takes the front
+  item of its class;
 * it works on the item: the Job's remaining work is the item's work minus its checkpointed
   progress (`scaler.sim.kube` then runs the pod as for any Job: checkpoints, preemption);
-* the Job completing is the item `done` (exactly once: a second completion is a bug and
-  raises); its pod preempted is the item returned `requeued` once the pod is gone;
-* a Job whose class has nothing to take ends (exit 0) as soon as its pod has started.
+* the item done is `done` (at most once: a second completion is a bug and raises); the
+  pod preempted returns the item `requeued` once the pod is gone;
+* a take that gets nothing ends the worker (exit 0) and with it the Job.
 
 Not modelled: failures, lease expiry (node loss), cancel, dead letters (nothing in the
-simulated pool fails), and the real worker's loop over several items per Job.
+simulated pool fails); a new item starts at once in the same pod (no start-up time).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from scaler.research.model import (
     Item,
     count_by_class,
 )
-from scaler.sim.kube import JobState, Pod, PodPhase, ResearchClassSpec, ResearchJob
+from scaler.sim.kube import JobState, Ledger, Pod, PodPhase, ResearchClassSpec, ResearchJob
 
 # The seeded batch: each class gets this many hours of its equal share of the lendable
 # GPUs ((pool − reserve) / classes): about one night's worth, so the night drains most of it.
@@ -55,7 +56,11 @@ SEEDED = "items-seeded"
 TAKEN = "item-taken"
 ITEM_DONE = "item-done"
 ITEM_REQUEUED = "item-requeued"  # preempted, returned to the front with its checkpoint
-TOOK_NOTHING = "job-took-nothing"  # the worker found no item or no slot: the Job ends
+WORKER_EXIT = "worker-exit"  # the worker's take got nothing (no item / no slot): the Job ends
+
+
+# (t, kind, research class, detail) for events.jsonl.
+QueueEvents = list[tuple[float, str, str, dict[str, float | int | str]]]
 
 
 class QueueError(RuntimeError):
@@ -119,10 +124,10 @@ class QueueCounts:
 
 
 @dataclass
-class _Attempt:
-    pod: Pod  # the pod the worker started in
-    item: SimItem | None  # None: took nothing, the Job ends
-    preempted: bool = False
+class _Worker:
+    pod: Pod  # the pod the worker runs in
+    item: SimItem | None  # None: its last take got nothing, the Job ends
+    items: int = 0  # items it took
 
 
 @dataclass
@@ -135,12 +140,13 @@ class SimQueue:
     # The latest ScaledJob answer per class (total slots): the worker's fail-closed check.
     slots: dict[str, int] = field(default_factory=dict)
     requeue_events: Counter[str] = field(default_factory=Counter)
-    took_nothing: Counter[str] = field(default_factory=Counter)
+    worker_exits: Counter[str] = field(default_factory=Counter)
+    took_nothing: Counter[str] = field(default_factory=Counter)  # exits without any item
     completions: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self._waiting: dict[str, deque[SimItem]] = {c: deque() for c in self.classes}
-        self._attempts: dict[ResearchJob, _Attempt] = {}
+        self._workers: dict[ResearchJob, _Worker] = {}
 
     # ---- the queue's own transitions (scaler.research.queue: SUBMIT, TAKE, FINISH) ----------
     def submit(self, item: SimItem) -> None:
@@ -156,8 +162,10 @@ class SimQueue:
         slots = self.slots.get(research_class)
         if slots is None:
             return None, "no slot answer"
-        if self.running(research_class) >= slots:
-            return None, f"{slots} slots, all taken"
+        if slots <= 0:
+            return None, "0 slots"
+        if (running := self.running(research_class)) >= slots:
+            return None, f"{running} items running, {slots} slots"
         q = self._waiting[research_class]
         if not q:
             return None, "queue empty"
@@ -192,8 +200,8 @@ class SimQueue:
     def running(self, research_class: str) -> int:
         return sum(
             1
-            for a in self._attempts.values()
-            if a.item is not None and a.item.research_class == research_class
+            for w in self._workers.values()
+            if w.item is not None and w.item.research_class == research_class
         )
 
     def counts(self) -> tuple[QueueCounts, ...]:
@@ -230,55 +238,87 @@ class SimQueue:
                 "waiting_gpu_hours": round(sum(it.remaining_gpu_hours for it in waiting), 2),
                 "preempted_requeued": self.requeue_events[c],
                 "taken": sum(it.attempts for it in mine),
+                "worker_exits": self.worker_exits[c],
                 "jobs_took_nothing": self.took_nothing[c],
             }
         return out
 
-    # ---- the research Jobs' workers, after each step of the simulated cluster --------------
-    def sync(
+    # ---- the research Jobs' workers, around each step of the simulated cluster ------------
+    def before_step(
+        self, end: float, running: Sequence[ResearchJob], ledger: Ledger
+    ) -> QueueEvents:
+        """Workers whose item is done by `end` report it and take the next one (the same
+        pod goes on, from the moment the item was done); one whose take gets nothing is
+        left to finish, so the cluster's step completes its Job. Returns (t, kind, class,
+        detail) events."""
+        events: QueueEvents = []
+        for job in running:
+            w = self._workers.get(job)
+            while w is not None and w.item is not None and job.finish_at() <= end:
+                t, item = job.finish_at(), w.item
+                w.item = None  # its lease ends: it no longer counts against the slots
+                self.finish(item, t)
+                events.append((t, ITEM_DONE, job.cls.name, self._detail(item)))
+                nxt, why = self.take(job.cls.name, t)
+                if nxt is None:
+                    events.append(self._exit(job, w, t, why))
+                    break
+                # Useful work of the finished item, as complete_job books it for a Job.
+                ledger.useful_gpu_s += job.cls.gpus * ledger.clip(job.run_from, t)
+                w.item, w.items = nxt, w.items + 1
+                job.run_from, job.work_s, job.saved_s = t, nxt.work_s, nxt.saved_s
+                events.append((t, TAKEN, job.cls.name, self._detail(nxt)))
+        return events
+
+    def after_step(
         self,
         now: float,
         running: Sequence[ResearchJob],
         preempted: Iterable[ResearchJob],
         completed: Iterable[ResearchJob],
-    ) -> list[tuple[str, str, dict[str, float | int | str]]]:
-        """Follow what the cluster did in one step (at `now`): completed Jobs finish their
-        item; preempted ones keep it leased until their pod is gone, then return it; every
-        Job whose pod just started (in `running`, binding order) takes an item or ends.
-        Returns events as (kind, class, detail)."""
-        events: list[tuple[str, str, dict[str, float | int | str]]] = []
+    ) -> QueueEvents:
+        """Follow what the cluster did in one step (ending at `now`): preempted Jobs keep
+        their item leased until their pod is gone, then return it; every Job whose pod
+        just started (in `running`, binding order) takes an item or ends."""
+        events: QueueEvents = []
         for job in completed:
-            att = self._attempts.pop(job, None)
-            if att is not None and att.item is not None:
-                self.finish(att.item, now)
-                events.append((ITEM_DONE, job.cls.name, self._detail(att.item)))
+            w = self._workers.pop(job, None)
+            if w is not None and w.item is not None:  # not seen by before_step: a bug
+                raise QueueError(f"Job of {job.cls.name} completed holding {w.item.id}")
         for job in preempted:
-            att = self._attempts.get(job)
-            if att is not None and att.item is not None:
-                att.preempted = True
-                att.item.saved_s = job.saved_s  # whole checkpoints kept (scaler.sim.kube)
-        for job, att in list(self._attempts.items()):
+            w = self._workers.get(job)
+            if w is not None and w.item is not None:
+                w.item.saved_s = job.saved_s  # whole checkpoints kept (scaler.sim.kube)
+        for job, w in list(self._workers.items()):
             # The worker reports `preempted` when its pod is gone (end of the grace period);
             # the Job controller has then re-created the pod.
-            if job.pod is att.pod and att.pod.phase is not PodPhase.GONE:
+            if job.pod is w.pod and w.pod.phase is not PodPhase.GONE:
                 continue
-            del self._attempts[job]
-            if att.item is not None:
-                self.requeue(att.item, now)
-                events.append((ITEM_REQUEUED, job.cls.name, self._detail(att.item)))
+            del self._workers[job]
+            if w.item is not None:
+                self.requeue(w.item, now)
+                events.append((now, ITEM_REQUEUED, job.cls.name, self._detail(w.item)))
         for job in running:
-            if job in self._attempts or job.pod is None or job.state is not JobState.RUNNING:
+            if job in self._workers or job.pod is None or job.state is not JobState.RUNNING:
                 continue
             item, why = self.take(job.cls.name, now)
-            self._attempts[job] = _Attempt(job.pod, item)
+            w = _Worker(job.pod, item, 0 if item is None else 1)
+            self._workers[job] = w
             if item is None:
                 job.saved_s = job.work_s  # nothing to do: the Job ends once its pod started
-                self.took_nothing[job.cls.name] += 1
-                events.append((TOOK_NOTHING, job.cls.name, {"why": why}))
+                events.append(self._exit(job, w, now, why))
             else:
                 job.work_s, job.saved_s = item.work_s, item.saved_s
-                events.append((TAKEN, job.cls.name, self._detail(item)))
+                events.append((now, TAKEN, job.cls.name, self._detail(item)))
         return events
+
+    def _exit(
+        self, job: ResearchJob, w: _Worker, t: float, why: str
+    ) -> tuple[float, str, str, dict[str, float | int | str]]:
+        self.worker_exits[job.cls.name] += 1
+        if w.items == 0:
+            self.took_nothing[job.cls.name] += 1
+        return (t, WORKER_EXIT, job.cls.name, {"why": why, "items": w.items})
 
     @staticmethod
     def _detail(it: SimItem) -> dict[str, float | int | str]:
@@ -293,20 +333,24 @@ class SimQueue:
 def seed_items(
     classes: Sequence[ResearchClassSpec], gpu_hours: Sequence[float], seed: int
 ) -> list[SimItem]:
-    """Per class, items until their GPU-hours reach `gpu_hours[i]` (at least one item).
-    An item's duration is drawn like the bench's Jobs: lognormal around the class's median
-    (`scaler.sim.kube.Backlog`), from its own seeded stream."""
+    """Per class, as many items as `gpu_hours[i]` holds on average (at least one):
+    round(gpu_hours / mean item GPU-hours). An item's duration is drawn like the bench's
+    Jobs, lognormal around the class's median (`scaler.sim.kube.Backlog`), from its own
+    seeded stream; so the count is fixed and the GPU-hours vary a little with the seed."""
     out: list[SimItem] = []
     for i, (c, budget) in enumerate(zip(classes, gpu_hours, strict=True)):
         rng = np.random.default_rng([seed, i, 11])
-        total, n = 0.0, 0
-        while n == 0 or total < budget:
+        for k in range(seed_count(c, budget)):
             hours = c.median_hours * float(np.exp(rng.normal(0.0, c.sigma)))
             work_s = max(60.0, hours * 3600.0)
-            n += 1
-            out.append(SimItem(f"{c.name}-{n:04d}", c.name, c.gpus, work_s))
-            total += c.gpus * work_s / 3600.0
+            out.append(SimItem(f"{c.name}-{k + 1:04d}", c.name, c.gpus, work_s))
     return out
+
+
+def seed_count(c: ResearchClassSpec, gpu_hours: float) -> int:
+    """Items of class `c` that hold `gpu_hours` on average (lognormal mean)."""
+    mean = c.gpus * c.median_hours * math.exp(c.sigma**2 / 2.0)
+    return max(1, round(gpu_hours / mean))
 
 
 def seed_budget(pool_gpus: int, reserve_gpus: int, n_classes: int, hours: float) -> float:

@@ -221,12 +221,12 @@ def summary_table(summary: dict[str, object]) -> Table:
         t.add_row(label, s)
     queue = summary.get("research_queue")
     if isinstance(queue, dict) and isinstance(queue.get("classes"), dict):
-        t.add_row("work queue (simulated), per class", "done/seeded  waiting  running  requeued")
+        t.add_row("work queue (simulated)", "done/seeded wait run requeued")
         for name, c in queue["classes"].items():
             done = f"{c['done']}/{c['submitted']}"
             t.add_row(
                 f"  {name}",
-                f"{done:>11}  {c['queued'] + c['requeued']:>7}  {c['running']:>7}  "
+                f"{done:>11} {c['queued'] + c['requeued']:>4} {c['running']:>3} "
                 f"{c['preempted_requeued']:>8}",
             )
     return t
@@ -290,20 +290,35 @@ def plot_pool(
     ax2.set_ylim(bottom=0)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=5, fontsize=8)
+    below = -0.05 if queue_records else -0.13  # no tick labels above the queue panel
+    ax.legend(h1 + h2, l1 + l2, loc="upper center", bbox_to_anchor=(0.5, below), ncol=5, fontsize=8)
     ax.set_title(title, fontsize=10)
     if queue_records:
         by_class: dict[str, list[QueueSample]] = {}
         for q in queue_records:
             by_class.setdefault(q.research_class, []).append(q)
+        marked = False
         for name, qs in by_class.items():
-            axq.plot(
-                [start_hour + q.t / 3600.0 for q in qs],
-                [100.0 * (q.queued + q.requeued) / max(q.submitted, 1) for q in qs],
-                drawstyle="steps-post",
-                lw=1.3,
-                label=f"{name} ({qs[0].submitted} items)",
+            xs = [start_hour + q.t / 3600.0 for q in qs]
+            ys = [100.0 * (q.queued + q.requeued) / max(q.submitted, 1) for q in qs]
+            (line,) = axq.plot(
+                xs, ys, drawstyle="steps-post", lw=1.3, label=f"{name} ({qs[0].submitted} items)"
             )
+            # ▲ where items came back after a preemption (the refill).
+            back = [i for i in range(1, len(qs)) if qs[i].requeue_events > qs[i - 1].requeue_events]
+            if back:
+                axq.scatter(
+                    [xs[i] for i in back],
+                    [ys[i] for i in back],
+                    marker="^",
+                    s=36,
+                    color=line.get_color(),
+                    edgecolors="black",
+                    linewidths=0.5,
+                    zorder=3,
+                    label=None if marked else "requeued after preemption",
+                )
+                marked = True
         axq.set_ylabel("items waiting\n(% of seeded)")
         axq.set_ylim(0, 135)  # the legend sits above 100 %
         axq.set_yticks([0, 25, 50, 75, 100])
@@ -311,7 +326,7 @@ def plot_pool(
         axq.set_title(
             "research work queue (simulated): queued + requeued after preemption", fontsize=9
         )
-        axq.legend(loc="upper center", ncol=3, fontsize=8, frameon=False)
+        axq.legend(loc="upper center", ncol=4, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
