@@ -27,7 +27,7 @@ case "${1:-}" in
 esac
 
 # The machine has 2 cores: two parallel compile jobs, never more.
-export GOFLAGS="${GOFLAGS:--p=2} -mod=readonly -buildvcs=false"
+export GOFLAGS="-p=2 -mod=readonly -buildvcs=false ${GOFLAGS:-}"
 export GOTOOLCHAIN=local
 export CGO_ENABLED=0
 
@@ -90,7 +90,7 @@ for t in "${TARGETS[@]}"; do
     OUT+=("$bin=$exe"); continue
   fi
   if [[ "$MODE" != force && -x "$exe" && "$(cat "$dir/.stamp" 2>/dev/null)" == "$stamp" ]]; then
-    log "$bin $ver: cached ($(cat "$dir/build-seconds" 2>/dev/null || echo '?') s cold build)"
+    log "$bin $ver: cached (its last build took $(cat "$dir/build-seconds" 2>/dev/null || echo "?") s)"
     OUT+=("$bin=$exe"); continue
   fi
   mkdir -p "$dir" "$CACHE/logs"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import datetime as dt
 import ipaddress
 import json
@@ -118,7 +119,7 @@ def make_pki(pki: Path) -> None:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     pki.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=365)
 
     def write_key(path: Path, key) -> None:
@@ -153,9 +154,15 @@ def make_pki(pki: Path) -> None:
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_cert_sign=True, crl_sign=True,
-                    content_commitment=False, key_encipherment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -185,9 +192,15 @@ def make_pki(pki: Path) -> None:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
-                    digital_signature=True, key_encipherment=False, key_cert_sign=False,
-                    crl_sign=False, content_commitment=False, data_encipherment=False,
-                    key_agreement=False, encipher_only=False, decipher_only=False,
+                    digital_signature=True,
+                    key_encipherment=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
                 ),
                 critical=True,
             )
@@ -207,9 +220,17 @@ def make_pki(pki: Path) -> None:
     ca = new_ca("ca", "gpu-pool-scaler-cluster-ca")
     front = new_ca("front-proxy-ca", "gpu-pool-scaler-front-proxy-ca")
     issue(
-        ca, "apiserver", "kube-apiserver", server=True,
-        dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
-             "kubernetes.default.svc.cluster.local"],
+        ca,
+        "apiserver",
+        "kube-apiserver",
+        server=True,
+        dns=[
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ],
         ips=[LOOPBACK, KUBERNETES_SERVICE_IP],
     )
     issue(ca, "admin", "kubernetes-admin", org="system:masters", client=True)
@@ -221,10 +242,21 @@ def make_pki(pki: Path) -> None:
     # reading ca.crt/tls.crt/tls.key from the same --cert-dir).
     keda_dns = []
     for svc in (OPERATOR_SERVICE, ADAPTER_SERVICE):
-        keda_dns += [svc, f"{svc}.{KEDA_NS}", f"{svc}.{KEDA_NS}.svc",
-                     f"{svc}.{KEDA_NS}.svc.cluster.local"]
-    issue(ca, "keda", "keda", dns=keda_dns + ["localhost"],
-          ips=[LOOPBACK, ADAPTER_SERVICE_IP], server=True, client=True)
+        keda_dns += [
+            svc,
+            f"{svc}.{KEDA_NS}",
+            f"{svc}.{KEDA_NS}.svc",
+            f"{svc}.{KEDA_NS}.svc.cluster.local",
+        ]
+    issue(
+        ca,
+        "keda",
+        "keda",
+        dns=[*keda_dns, "localhost"],
+        ips=[LOOPBACK, ADAPTER_SERVICE_IP],
+        server=True,
+        client=True,
+    )
     keda_dir = pki / "keda"
     keda_dir.mkdir(exist_ok=True)
     shutil.copy(pki / "ca.crt", keda_dir / "ca.crt")
@@ -249,11 +281,21 @@ def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "gps", "cluster": {
-            "server": server, "certificate-authority-data": b64(pki / "ca.crt")}}],
-        "users": [{"name": user, "user": {
-            "client-certificate-data": b64(pki / f"{user}.crt"),
-            "client-key-data": b64(pki / f"{user}.key")}}],
+        "clusters": [
+            {
+                "name": "gps",
+                "cluster": {"server": server, "certificate-authority-data": b64(pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(pki / f"{user}.crt"),
+                    "client-key-data": b64(pki / f"{user}.key"),
+                },
+            }
+        ],
         "contexts": [{"name": "gps", "context": {"cluster": "gps", "user": user}}],
         "current-context": "gps",
     }
@@ -293,16 +335,20 @@ class State:
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.pids.mkdir(parents=True, exist_ok=True)
-        logf = open(self.logs / f"{name}.log", "ab")
-        logf.write(f"# {' '.join(argv)}\n".encode())
-        logf.flush()
         full_env = dict(os.environ)
         full_env.update(env or {})
-        p = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-            env=full_env, start_new_session=True, cwd=self.root,
-        )
-        logf.close()
+        with open(self.logs / f"{name}.log", "ab") as logf:
+            logf.write(f"# {' '.join(argv)}\n".encode())
+            logf.flush()
+            p = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=full_env,
+                start_new_session=True,  # own process group: `down` signals the whole group
+                cwd=self.root,
+            )
         (self.pids / f"{name}.pid").write_text(f"{p.pid} {proc_start_time(p.pid)}\n")
         return p.pid
 
@@ -330,10 +376,8 @@ class State:
                     break
                 deadline = time.monotonic() + wait
                 while time.monotonic() < deadline and proc_start_time(pid) == start:
-                    try:  # reap if it is our own child (up failing midway)
+                    with contextlib.suppress(ChildProcessError):  # our own child: reap it
                         os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
                     time.sleep(0.1)
                 if proc_start_time(pid) != start:
                     break
@@ -354,12 +398,14 @@ def wait_for(what: str, check, timeout: float, state: State | None = None, proc:
     last_err: Exception | None = None
     while time.monotonic() < deadline:
         if state is not None and proc is not None and not state.alive(proc):
-            raise ClusterError(f"{proc} exited while waiting for {what}; log tail:\n{state.tail(proc)}")
+            raise ClusterError(
+                f"{proc} exited while waiting for {what}; log tail:\n{state.tail(proc)}"
+            )
         try:
             result = check()
             if result:
                 return result
-        except Exception as e:  # noqa: BLE001 - polling: any error means "not yet"
+        except Exception as e:
             last_err = e
         time.sleep(0.5)
     detail = f" (last error: {last_err})" if last_err else ""
@@ -434,8 +480,13 @@ def create_nodes(api, n: int, gpus: int) -> list[str]:
     for i in range(n):
         nm = f"gpu-node-{i:03d}"
         names.append(nm)
-        res = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus),
-               "ephemeral-storage": "1Ti"}
+        res = {
+            "cpu": "64",
+            "memory": "512Gi",
+            "pods": "110",
+            "nvidia.com/gpu": str(gpus),
+            "ephemeral-storage": "1Ti",
+        }
         body = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -454,8 +505,15 @@ def create_nodes(api, n: int, gpus: int) -> list[str]:
                     "node.alpha.kubernetes.io/ttl": "0",
                 },
             },
-            "spec": {"taints": [{"key": KWOK_NODE_ANNOTATION[0], "value": KWOK_NODE_ANNOTATION[1],
-                                 "effect": "NoSchedule"}]},
+            "spec": {
+                "taints": [
+                    {
+                        "key": KWOK_NODE_ANNOTATION[0],
+                        "value": KWOK_NODE_ANNOTATION[1],
+                        "effect": "NoSchedule",
+                    }
+                ]
+            },
             "status": {"allocatable": res, "capacity": res},
         }
         core.create_node(body)
@@ -496,8 +554,9 @@ def crds_established(api, names: list[str]) -> bool:
     ext = client.ApiextensionsV1Api(api)
     for n in names:
         crd = ext.read_custom_resource_definition(n)
-        if not any(c.type == "Established" and c.status == "True"
-                   for c in (crd.status.conditions or [])):
+        if not any(
+            c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])
+        ):
             return False
     return True
 
@@ -508,37 +567,55 @@ def register_adapter(api, pki: Path, port: int) -> None:
 
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": KEDA_NS}})
-    core.create_namespaced_service(KEDA_NS, {
-        "metadata": {"name": ADAPTER_SERVICE, "labels": {"app": ADAPTER_SERVICE}},
-        "spec": {"type": "ClusterIP", "clusterIP": ADAPTER_SERVICE_IP,
-                 "ports": [{"name": "https", "port": port, "targetPort": port,
-                            "protocol": "TCP"}]},
-    })
+    core.create_namespaced_service(
+        KEDA_NS,
+        {
+            "metadata": {"name": ADAPTER_SERVICE, "labels": {"app": ADAPTER_SERVICE}},
+            "spec": {
+                "type": "ClusterIP",
+                "clusterIP": ADAPTER_SERVICE_IP,
+                "ports": [{"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}],
+            },
+        },
+    )
     # The aggregator's availability check wants a ready EndpointSlice with the Service's
     # port name even though (routing off) it dials the ClusterIP. IPv4/IPv6 slices may not
     # hold loopback addresses, so this is an FQDN slice whose address is never dialed.
-    client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(KEDA_NS, {
-        "metadata": {"name": f"{ADAPTER_SERVICE}-placeholder",
-                     "labels": {"kubernetes.io/service-name": ADAPTER_SERVICE,
-                                "endpointslice.kubernetes.io/managed-by": "gpu-pool-scaler-cluster"}},
-        "addressType": "FQDN",
-        "endpoints": [{"addresses": [f"{ADAPTER_SERVICE}.{KEDA_NS}.svc.cluster.local"],
-                       "conditions": {"ready": True}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    })
-    client.ApiregistrationV1Api(api).create_api_service({
-        "apiVersion": "apiregistration.k8s.io/v1",
-        "kind": "APIService",
-        "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
-        "spec": {
-            "group": "external.metrics.k8s.io",
-            "version": "v1beta1",
-            "service": {"namespace": KEDA_NS, "name": ADAPTER_SERVICE, "port": port},
-            "caBundle": base64.b64encode((pki / "ca.crt").read_bytes()).decode(),
-            "groupPriorityMinimum": 100,
-            "versionPriority": 100,
+    client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(
+        KEDA_NS,
+        {
+            "metadata": {
+                "name": f"{ADAPTER_SERVICE}-placeholder",
+                "labels": {
+                    "kubernetes.io/service-name": ADAPTER_SERVICE,
+                    "endpointslice.kubernetes.io/managed-by": "gpu-pool-scaler-cluster",
+                },
+            },
+            "addressType": "FQDN",
+            "endpoints": [
+                {
+                    "addresses": [f"{ADAPTER_SERVICE}.{KEDA_NS}.svc.cluster.local"],
+                    "conditions": {"ready": True},
+                }
+            ],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         },
-    })
+    )
+    client.ApiregistrationV1Api(api).create_api_service(
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
+            "spec": {
+                "group": "external.metrics.k8s.io",
+                "version": "v1beta1",
+                "service": {"namespace": KEDA_NS, "name": ADAPTER_SERVICE, "port": port},
+                "caBundle": base64.b64encode((pki / "ca.crt").read_bytes()).decode(),
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+            },
+        }
+    )
 
 
 def apiservice_available(api) -> bool:
@@ -565,10 +642,21 @@ def up(args) -> int:
         d.mkdir(parents=True)
     make_pki(st.pki)
     pki = st.pki
-    ports = {k: free_port() for k in (
-        "etcd_client", "etcd_peer", "apiserver", "kcm", "scheduler",
-        "keda_operator_metrics", "keda_operator_probe", "keda_operator_grpc",
-        "keda_adapter", "keda_adapter_metrics")}
+    ports = {
+        k: free_port()
+        for k in (
+            "etcd_client",
+            "etcd_peer",
+            "apiserver",
+            "kcm",
+            "scheduler",
+            "keda_operator_metrics",
+            "keda_operator_probe",
+            "keda_operator_grpc",
+            "keda_adapter",
+            "keda_adapter_metrics",
+        )
+    }
     (st.root / "ports.json").write_text(json.dumps(ports, indent=1))
     server = f"https://{LOOPBACK}:{ports['apiserver']}"
     for user in ("admin", "controller-manager", "scheduler"):
@@ -578,106 +666,157 @@ def up(args) -> int:
     # etcd -------------------------------------------------------------------------------
     etcd_url = f"http://{LOOPBACK}:{ports['etcd_client']}"
     peer_url = f"http://{LOOPBACK}:{ports['etcd_peer']}"
-    st.start("etcd", [
-        bins["etcd"], "--name=gps", f"--data-dir={st.root / 'etcd'}",
-        f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
-        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-        f"--initial-cluster=gps={peer_url}", "--initial-cluster-state=new",
-        "--unsafe-no-fsync=true",  # a throw-away test cluster: no fsync, much faster on slow disks
-        "--quota-backend-bytes=4294967296", "--log-level=warn",
-    ])
-    wait_for("etcd /health", lambda: json.loads(
-        urllib.request.urlopen(f"{etcd_url}/health", timeout=2).read()).get("health") == "true",
-        60, st, "etcd")
+    st.start(
+        "etcd",
+        [
+            bins["etcd"],
+            "--name=gps",
+            f"--data-dir={st.root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=gps={peer_url}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",  # throw-away test data: no fsync, much faster on slow disks
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ],
+    )
+    wait_for(
+        "etcd /health",
+        lambda: (
+            json.loads(urllib.request.urlopen(f"{etcd_url}/health", timeout=2).read()).get("health")
+            == "true"
+        ),
+        60,
+        st,
+        "etcd",
+    )
     log(f"etcd up on {etcd_url}")
 
     # kube-apiserver ---------------------------------------------------------------------
-    st.start("kube-apiserver", [
-        bins["kube-apiserver"],
-        f"--etcd-servers={etcd_url}",
-        f"--bind-address={LOOPBACK}", f"--advertise-address={LOOPBACK}",
-        f"--secure-port={ports['apiserver']}",
-        # no `kubernetes` Service endpoints: they would be 127.0.0.1, which Endpoints
-        # validation rejects; nothing in this cluster uses in-cluster config anyway
-        "--endpoint-reconciler-type=none",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}",
-        f"--service-account-key-file={pki / 'sa.pub'}",
-        f"--service-account-signing-key-file={pki / 'sa.key'}",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        "--authorization-mode=Node,RBAC",
-        "--allow-privileged=true",
-        # aggregation layer (KEDA's external metrics APIService)
-        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
-        "--requestheader-allowed-names=front-proxy-client",
-        "--requestheader-username-headers=X-Remote-User",
-        "--requestheader-group-headers=X-Remote-Group",
-        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
-        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
-        # the aggregator dials the Service's ClusterIP (127.96.0.20, where the adapter
-        # listens) instead of an endpoint IP: endpoint IPs may not be loopback
-        "--enable-aggregator-routing=false",
-        "--profiling=false",
-        "--event-ttl=30m",
-    ])
-    wait_for("kube-apiserver /readyz", lambda: https_get(f"{server}/readyz", pki)[0] == 200,
-             120, st, "kube-apiserver")
+    st.start(
+        "kube-apiserver",
+        [
+            bins["kube-apiserver"],
+            f"--etcd-servers={etcd_url}",
+            f"--bind-address={LOOPBACK}",
+            f"--advertise-address={LOOPBACK}",
+            f"--secure-port={ports['apiserver']}",
+            # no `kubernetes` Service endpoints: they would be 127.0.0.1, which Endpoints
+            # validation rejects; nothing in this cluster uses in-cluster config anyway
+            "--endpoint-reconciler-type=none",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            # aggregation layer (KEDA's external metrics APIService)
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            # the aggregator dials the Service's ClusterIP (127.96.0.20, where the adapter
+            # listens) instead of an endpoint IP: endpoint IPs may not be loopback
+            "--enable-aggregator-routing=false",
+            "--profiling=false",
+            "--event-ttl=30m",
+        ],
+    )
+    wait_for(
+        "kube-apiserver /readyz",
+        lambda: https_get(f"{server}/readyz", pki)[0] == 200,
+        120,
+        st,
+        "kube-apiserver",
+    )
     shutil.copy(admin_kc, st.kubeconfig)
     api = api_client(admin_kc)
     log(f"kube-apiserver ready on {server}")
 
     # controller-manager, scheduler, kwok --------------------------------------------------
     kcm_kc = st.kubeconfigs / "controller-manager.kubeconfig"
-    st.start("kube-controller-manager", [
-        bins["kube-controller-manager"],
-        f"--kubeconfig={kcm_kc}", f"--authentication-kubeconfig={kcm_kc}",
-        f"--authorization-kubeconfig={kcm_kc}",
-        f"--bind-address={LOOPBACK}", f"--secure-port={ports['kcm']}",
-        f"--cert-dir={st.root / 'kcm-certs'}",
-        "--controllers=*",
-        "--use-service-account-credentials=true",
-        f"--service-account-private-key-file={pki / 'sa.key'}",
-        f"--root-ca-file={pki / 'ca.crt'}",
-        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
-        f"--cluster-signing-key-file={pki / 'ca.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        "--allocate-node-cidrs=false",
-        f"--horizontal-pod-autoscaler-sync-period={args.hpa_sync_period}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ])
+    st.start(
+        "kube-controller-manager",
+        [
+            bins["kube-controller-manager"],
+            f"--kubeconfig={kcm_kc}",
+            f"--authentication-kubeconfig={kcm_kc}",
+            f"--authorization-kubeconfig={kcm_kc}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={ports['kcm']}",
+            f"--cert-dir={st.root / 'kcm-certs'}",
+            "--controllers=*",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allocate-node-cidrs=false",
+            f"--horizontal-pod-autoscaler-sync-period={args.hpa_sync_period}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ],
+    )
     sched_kc = st.kubeconfigs / "scheduler.kubeconfig"
-    st.start("kube-scheduler", [
-        bins["kube-scheduler"],
-        f"--kubeconfig={sched_kc}", f"--authentication-kubeconfig={sched_kc}",
-        f"--authorization-kubeconfig={sched_kc}",
-        f"--bind-address={LOOPBACK}", f"--secure-port={ports['scheduler']}",
-        f"--cert-dir={st.root / 'scheduler-certs'}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ])
+    st.start(
+        "kube-scheduler",
+        [
+            bins["kube-scheduler"],
+            f"--kubeconfig={sched_kc}",
+            f"--authentication-kubeconfig={sched_kc}",
+            f"--authorization-kubeconfig={sched_kc}",
+            f"--bind-address={LOOPBACK}",
+            f"--secure-port={ports['scheduler']}",
+            f"--cert-dir={st.root / 'scheduler-certs'}",
+            "--leader-elect=false",
+            "--profiling=false",
+        ],
+    )
     kwok_cfg = st.root / "kwok.yaml"
     kwok_config(kwok_cfg, args.pod_stages)
-    st.start("kwok", [
-        bins["kwok"], f"--config={kwok_cfg}", f"--kubeconfig={admin_kc}",
-        "--manage-all-nodes=false",
-        f"--manage-nodes-with-annotation-selector={'='.join(KWOK_NODE_ANNOTATION)}",
-        f"--cidr={POD_CIDR}", f"--node-ip={NODE_IP}",
-        "--node-lease-duration-seconds=40",
-    ], env={"HOME": str(st.root)})  # kwok also reads ~/.kwok/kwok.yaml if it exists
+    st.start(
+        "kwok",
+        [
+            bins["kwok"],
+            f"--config={kwok_cfg}",
+            f"--kubeconfig={admin_kc}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={'='.join(KWOK_NODE_ANNOTATION)}",
+            f"--cidr={POD_CIDR}",
+            f"--node-ip={NODE_IP}",
+            "--node-lease-duration-seconds=40",
+        ],
+        env={"HOME": str(st.root)},
+    )  # kwok also reads ~/.kwok/kwok.yaml if it exists
 
     # KEDA CRDs while those start
     crds = apply_keda_crds(api)
     wait_for("KEDA CRDs established", lambda: crds_established(api, crds), 60)
     log(f"KEDA CRDs established: {', '.join(crds)}")
-    wait_for("kube-controller-manager /healthz",
-             lambda: https_get_insecure(f"https://{LOOPBACK}:{ports['kcm']}/healthz") == 200,
-             90, st, "kube-controller-manager")
-    wait_for("kube-scheduler /readyz",
-             lambda: https_get_insecure(f"https://{LOOPBACK}:{ports['scheduler']}/readyz") == 200,
-             90, st, "kube-scheduler")
+    wait_for(
+        "kube-controller-manager /healthz",
+        lambda: https_get_insecure(f"https://{LOOPBACK}:{ports['kcm']}/healthz") == 200,
+        90,
+        st,
+        "kube-controller-manager",
+    )
+    wait_for(
+        "kube-scheduler /readyz",
+        lambda: https_get_insecure(f"https://{LOOPBACK}:{ports['scheduler']}/readyz") == 200,
+        90,
+        st,
+        "kube-scheduler",
+    )
     log("kube-controller-manager and kube-scheduler healthy")
 
     # fake GPU nodes -----------------------------------------------------------------------
@@ -694,42 +833,66 @@ def up(args) -> int:
         "KEDA_CLUSTER_OBJECT_NAMESPACE": KEDA_NS,
     }
     keda_certs = pki / "keda"
-    st.start("keda-operator", [
-        bins["keda-operator"],
-        f"--metrics-bind-address={LOOPBACK}:{ports['keda_operator_metrics']}",
-        f"--health-probe-bind-address={LOOPBACK}:{ports['keda_operator_probe']}",
-        f"--metrics-service-bind-address={LOOPBACK}:{ports['keda_operator_grpc']}",
-        "--enable-cert-rotation=false",  # certs come from us (cert-dir), no secret/patching
-        f"--cert-dir={keda_certs}",
-        f"--ca-dir={keda_certs}",
-        "--enable-webhook-patching=false",
-        "--enable-apiservice-patching=false",
-        "--leader-elect=false",
-        "--zap-log-level=info",
-        "--zap-encoder=console",
-    ], env=keda_env)
-    st.start("keda-adapter", [
-        bins["keda-adapter"],
-        f"--bind-address={ADAPTER_SERVICE_IP}", f"--secure-port={ports['keda_adapter']}",
-        f"--cert-dir={keda_certs}",
-        f"--tls-cert-file={keda_certs / 'tls.crt'}",
-        f"--tls-private-key-file={keda_certs / 'tls.key'}",
-        f"--client-ca-file={pki / 'ca.crt'}",
-        f"--lister-kubeconfig={admin_kc}",
-        f"--authentication-kubeconfig={admin_kc}",
-        f"--authorization-kubeconfig={admin_kc}",
-        f"--metrics-service-address={LOOPBACK}:{ports['keda_operator_grpc']}",
-        f"--port={ports['keda_adapter_metrics']}",
-        "--zap-log-level=info",
-        "--zap-encoder=console",
-    ], env=keda_env)
-    wait_for("keda-operator /readyz", lambda: urllib.request.urlopen(
-        f"http://{LOOPBACK}:{ports['keda_operator_probe']}/readyz", timeout=2).status == 200,
-        120, st, "keda-operator")
-    wait_for("APIService v1beta1.external.metrics.k8s.io Available",
-             lambda: apiservice_available(api), 120, st, "keda-adapter")
-    wait_for("default ServiceAccount", lambda: default_sa_exists(api), 60,
-             st, "kube-controller-manager")
+    st.start(
+        "keda-operator",
+        [
+            bins["keda-operator"],
+            f"--metrics-bind-address={LOOPBACK}:{ports['keda_operator_metrics']}",
+            f"--health-probe-bind-address={LOOPBACK}:{ports['keda_operator_probe']}",
+            f"--metrics-service-bind-address={LOOPBACK}:{ports['keda_operator_grpc']}",
+            "--enable-cert-rotation=false",  # certs come from us (cert-dir), no secret/patching
+            f"--cert-dir={keda_certs}",
+            f"--ca-dir={keda_certs}",
+            "--enable-webhook-patching=false",
+            "--enable-apiservice-patching=false",
+            "--leader-elect=false",
+            "--zap-log-level=info",
+            "--zap-encoder=console",
+        ],
+        env=keda_env,
+    )
+    st.start(
+        "keda-adapter",
+        [
+            bins["keda-adapter"],
+            f"--bind-address={ADAPTER_SERVICE_IP}",
+            f"--secure-port={ports['keda_adapter']}",
+            f"--cert-dir={keda_certs}",
+            f"--tls-cert-file={keda_certs / 'tls.crt'}",
+            f"--tls-private-key-file={keda_certs / 'tls.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--lister-kubeconfig={admin_kc}",
+            f"--authentication-kubeconfig={admin_kc}",
+            f"--authorization-kubeconfig={admin_kc}",
+            f"--metrics-service-address={LOOPBACK}:{ports['keda_operator_grpc']}",
+            f"--port={ports['keda_adapter_metrics']}",
+            "--zap-log-level=info",
+            "--zap-encoder=console",
+        ],
+        env=keda_env,
+    )
+    wait_for(
+        "keda-operator /readyz",
+        lambda: (
+            urllib.request.urlopen(
+                f"http://{LOOPBACK}:{ports['keda_operator_probe']}/readyz", timeout=2
+            ).status
+            == 200
+        ),
+        120,
+        st,
+        "keda-operator",
+    )
+    wait_for(
+        "APIService v1beta1.external.metrics.k8s.io Available",
+        lambda: apiservice_available(api),
+        120,
+        st,
+        "keda-adapter",
+    )
+    wait_for(
+        "default ServiceAccount", lambda: default_sa_exists(api), 60, st, "kube-controller-manager"
+    )
     took = time.monotonic() - t0
     (st.root / "up-seconds").write_text(f"{took:.1f}\n")
     log(f"cluster up in {took:.1f}s")
@@ -737,7 +900,7 @@ def up(args) -> int:
 kubeconfig: {st.kubeconfig}
   export KUBECONFIG={st.kubeconfig}
 logs:       {st.logs}/
-ports:      {st.root / 'ports.json'}
+ports:      {st.root / "ports.json"}
 stop:       cluster/down --state-dir {st.root}   (or: make cluster-down)""")
     return 0
 
@@ -764,32 +927,55 @@ def status(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="cluster", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cluster", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     for name in ("up", "down", "status"):
         sp = sub.add_parser(name)
-        sp.add_argument("--state-dir", type=Path,
-                        default=Path(os.environ.get("GPS_CLUSTER_STATE", DEFAULT_STATE)))
+        sp.add_argument(
+            "--state-dir",
+            type=Path,
+            default=Path(os.environ.get("GPS_CLUSTER_STATE", DEFAULT_STATE)),
+        )
         if name == "up":
             sp.add_argument("--nodes", type=int, default=16)
             sp.add_argument("--gpus-per-node", type=int, default=4)
-            sp.add_argument("--pod-stages", choices=["general", "fast"], default="general",
-                            help="kwok pod lifecycle: 'general' = Ready after ~1-6 s, Job pods "
-                                 "complete after a delay set by the annotation "
-                                 "pod-complete.stage.kwok.x-k8s.io/delay; 'fast' = at once")
+            sp.add_argument(
+                "--pod-stages",
+                choices=["general", "fast"],
+                default="general",
+                help="kwok pod lifecycle: 'general' = Ready after ~1-6 s, Job pods "
+                "complete after a delay set by the annotation "
+                "pod-complete.stage.kwok.x-k8s.io/delay; 'fast' = at once",
+            )
             sp.add_argument("--hpa-sync-period", default="5s")
-            sp.add_argument("--keep-on-failure", action="store_true",
-                            help="leave the processes running when up fails (debugging)")
+            sp.add_argument(
+                "--keep-on-failure",
+                action="store_true",
+                help="leave the processes running when up fails (debugging)",
+            )
     args = p.parse_args(argv)
+    try:
+        import cryptography  # noqa: F401
+        import kubernetes  # noqa: F401
+        import yaml  # noqa: F401
+    except ImportError as e:
+        print(
+            f"[cluster] ERROR: {e}: run with the project venv (make venv; .venv/bin/python)",
+            file=sys.stderr,
+        )
+        return 1
     try:
         if args.cmd == "up":
             # checked before anything is started: a failing `up` stops what it started
             st = State(args.state_dir.resolve())
             running = [c for c in COMPONENTS if st.alive(c)]
             if running:
-                raise ClusterError(f"a cluster is already running from {st.root} ({', '.join(running)});"
-                                   " run cluster/down first")
+                raise ClusterError(
+                    f"a cluster is already running from {st.root} ({', '.join(running)});"
+                    " run cluster/down first"
+                )
             try:
                 return up(args)
             except BaseException:

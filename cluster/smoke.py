@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import cluster  # noqa: E402
+import cluster
 
 NS = "gps-smoke"
 DEPLOY = "smoke-vllm"
@@ -45,7 +45,7 @@ def wait(what: str, check, timeout: float = 120.0):
             r = check()
             if r:
                 return r
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             last = e
         time.sleep(1)
     raise SystemExit(f"FAIL: timed out after {timeout:.0f}s: {what} (last error: {last})")
@@ -57,15 +57,20 @@ def pod_template(priority: str, app: str, gpus: int) -> dict:
         "spec": {
             "priorityClassName": priority,
             "nodeSelector": {"gpu-pool": "shared"},
-            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists",
-                             "effect": "NoSchedule"}],
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
             "automountServiceAccountToken": False,
-            "containers": [{
-                "name": "main",
-                "image": "fake.invalid/not-pulled:kwok",  # kwok never pulls or runs it
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
-                              "limits": {"nvidia.com/gpu": str(gpus)}},
-            }],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "fake.invalid/not-pulled:kwok",  # kwok never pulls or runs it
+                    "resources": {
+                        "requests": {"cpu": "1", "memory": "1Gi"},
+                        "limits": {"nvidia.com/gpu": str(gpus)},
+                    },
+                }
+            ],
         },
     }
 
@@ -96,8 +101,11 @@ def main() -> int:
     # clean slate
     try:
         core.delete_namespace(NS)
-        wait("old smoke namespace gone", lambda: not [
-            n for n in core.list_namespace().items if n.metadata.name == NS], 120)
+        wait(
+            "old smoke namespace gone",
+            lambda: not [n for n in core.list_namespace().items if n.metadata.name == NS],
+            120,
+        )
     except client.ApiException as e:
         if e.status != 404:
             raise
@@ -109,35 +117,58 @@ def main() -> int:
                 raise
 
     # 1. priority classes ------------------------------------------------------------
-    sched.create_priority_class({"metadata": {"name": "gps-inference"}, "value": 1000,
-                                 "description": "vLLM inference (smoke)"})
-    sched.create_priority_class({"metadata": {"name": "gps-research"}, "value": -100,
-                                 "preemptionPolicy": "Never",
-                                 "description": "research jobs on borrowed GPUs (smoke)"})
+    sched.create_priority_class(
+        {
+            "metadata": {"name": "gps-inference"},
+            "value": 1000,
+            "description": "vLLM inference (smoke)",
+        }
+    )
+    sched.create_priority_class(
+        {
+            "metadata": {"name": "gps-research"},
+            "value": -100,
+            "preemptionPolicy": "Never",
+            "description": "research jobs on borrowed GPUs (smoke)",
+        }
+    )
     core.create_namespace({"metadata": {"name": NS}})
     step("PASS 1: PriorityClasses gps-inference (1000) and gps-research (-100, Never)")
 
     # 2. deployment scheduled + Running on kwok ----------------------------------------
     t = time.monotonic()
-    apps.create_namespaced_deployment(NS, {
-        "metadata": {"name": DEPLOY},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": DEPLOY}},
-                 "template": pod_template("gps-inference", DEPLOY, GPUS_PER_POD)},
-    })
+    apps.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": DEPLOY},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": DEPLOY}},
+                "template": pod_template("gps-inference", DEPLOY, GPUS_PER_POD),
+            },
+        },
+    )
 
     def running_pods(app: str):
         pods = core.list_namespaced_pod(NS, label_selector=f"app={app}").items
-        return [x for x in pods if x.status.phase == "Running" and x.status.pod_ip
-                and x.metadata.deletion_timestamp is None]
+        return [
+            x
+            for x in pods
+            if x.status.phase == "Running"
+            and x.status.pod_ip
+            and x.metadata.deletion_timestamp is None
+        ]
 
     pods = wait("deployment pod Running", lambda: running_pods(DEPLOY), 120)
     ip = pods[0].status.pod_ip
     assert ipaddress.ip_address(ip) in LOOPBACK_NET, ip
-    step(f"PASS 2: pod {pods[0].metadata.name} on {pods[0].spec.node_name} Running, "
-         f"pod IP {ip} (in 127.0.0.0/8) after {time.monotonic() - t:.1f}s")
+    step(
+        f"PASS 2: pod {pods[0].metadata.name} on {pods[0].spec.node_name} Running, "
+        f"pod IP {ip} (in 127.0.0.0/8) after {time.monotonic() - t:.1f}s"
+    )
 
     # 3. ScaledObject (cron) -> HPA -> 3 replicas ----------------------------------------
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
 
     def cron_so(desired: int) -> dict:
         start = (now - dt.timedelta(minutes=1)).minute
@@ -152,25 +183,43 @@ def main() -> int:
                 "cooldownPeriod": 30,
                 "minReplicaCount": 1,
                 "maxReplicaCount": pool_pods,
-                "triggers": [{"type": "cron", "metadata": {
-                    "timezone": "Etc/UTC", "start": f"{start} * * * *",
-                    "end": f"{end} * * * *", "desiredReplicas": str(desired)}}],
+                "triggers": [
+                    {
+                        "type": "cron",
+                        "metadata": {
+                            "timezone": "Etc/UTC",
+                            "start": f"{start} * * * *",
+                            "end": f"{end} * * * *",
+                            "desiredReplicas": str(desired),
+                        },
+                    }
+                ],
             },
         }
 
     t = time.monotonic()
     custom.create_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", cron_so(3))
-    hpa = wait("KEDA creates the HPA", lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(
-        f"keda-hpa-{SO}", NS), 60)
-    step(f"      HPA {hpa.metadata.name} created by KEDA after {time.monotonic() - t:.1f}s "
-         f"(metric {hpa.spec.metrics[0].external.metric.name})")
-    wait("deployment scaled to 3", lambda: apps.read_namespaced_deployment(DEPLOY, NS)
-         .spec.replicas == 3, 120)
+    hpa = wait(
+        "KEDA creates the HPA",
+        lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{SO}", NS),
+        60,
+    )
+    step(
+        f"      HPA {hpa.metadata.name} created by KEDA after {time.monotonic() - t:.1f}s "
+        f"(metric {hpa.spec.metrics[0].external.metric.name})"
+    )
+    wait(
+        "deployment scaled to 3",
+        lambda: apps.read_namespaced_deployment(DEPLOY, NS).spec.replicas == 3,
+        120,
+    )
     wait("3 pods Running", lambda: len(running_pods(DEPLOY)) == 3, 120)
     hpa = autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{SO}", NS)
     cur = hpa.status.current_metrics[0].external.current if hpa.status.current_metrics else None
-    step(f"PASS 3: HPA scaled {DEPLOY} 1 -> 3 after {time.monotonic() - t:.1f}s "
-         f"(external metric current={cur.average_value if cur else '?'})")
+    step(
+        f"PASS 3: HPA scaled {DEPLOY} 1 -> 3 after {time.monotonic() - t:.1f}s "
+        f"(external metric current={cur.average_value if cur else '?'})"
+    )
     so = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", SO)
     conds = {c["type"]: c["status"] for c in so.get("status", {}).get("conditions", [])}
     step(f"      ScaledObject conditions: {conds}")
@@ -181,37 +230,57 @@ def main() -> int:
     job_tpl["spec"]["restartPolicy"] = "Never"
     # kwok 'general' stages: keep the research pods Running for an hour. Both annotations:
     # kwok uses the jitter (default 5 s) instead when it is not above the delay.
-    job_tpl["metadata"]["annotations"] = {"pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
-                                          "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s"}
-    batch.create_namespaced_job(NS, {
-        "metadata": {"name": "smoke-research"},
-        "spec": {"parallelism": free_pods, "completions": free_pods, "backoffLimit": 100,
-                 "template": job_tpl},
-    })
-    wait(f"{free_pods} research pods Running", lambda: len(running_pods("smoke-research"))
-         == free_pods, 120)
+    job_tpl["metadata"]["annotations"] = {
+        "pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s",
+    }
+    batch.create_namespaced_job(
+        NS,
+        {
+            "metadata": {"name": "smoke-research"},
+            "spec": {
+                "parallelism": free_pods,
+                "completions": free_pods,
+                "backoffLimit": 100,
+                "template": job_tpl,
+            },
+        },
+    )
+    wait(
+        f"{free_pods} research pods Running",
+        lambda: len(running_pods("smoke-research")) == free_pods,
+        120,
+    )
     victims = {x.metadata.uid: x.metadata.name for x in running_pods("smoke-research")}
-    step(f"      research Job fills the remaining {free_pods * GPUS_PER_POD} GPUs: "
-         f"{sorted(victims.values())}")
+    step(
+        f"      research Job fills the remaining {free_pods * GPUS_PER_POD} GPUs: "
+        f"{sorted(victims.values())}"
+    )
     t = time.monotonic()
-    custom.patch_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", SO,
-                                          cron_so(pool_pods))
-    wait(f"{pool_pods} inference pods Running", lambda: len(running_pods(DEPLOY)) == pool_pods,
-         180)
+    custom.patch_namespaced_custom_object(
+        "keda.sh", "v1alpha1", NS, "scaledobjects", SO, cron_so(pool_pods)
+    )
+    wait(f"{pool_pods} inference pods Running", lambda: len(running_pods(DEPLOY)) == pool_pods, 180)
     still = {x.metadata.uid for x in running_pods("smoke-research")} & set(victims)
     if still:
         raise SystemExit(f"FAIL: research pods not preempted: {still}")
+
     def preemption_events():  # core/v1 view of the scheduler's events
         evs = core.list_namespaced_event(NS).items
         return [e for e in evs if e.reason == "Preempted" and e.involved_object.uid in victims]
 
     evs = wait("Preempted events for the research pods", preemption_events, 30)
-    pending = [x.metadata.name for x in core.list_namespaced_pod(
-        NS, label_selector="app=smoke-research").items if x.status.phase == "Pending"]
-    step(f"PASS 4: inference scaled to {pool_pods} after {time.monotonic() - t:.1f}s; "
-         f"research pods preempted by the scheduler: "
-         f"{sorted(victims[e.involved_object.uid] for e in evs)} ({evs[0].message}); "
-         f"replacement research pods Pending (preemptionPolicy Never): {len(pending)}")
+    pending = [
+        x.metadata.name
+        for x in core.list_namespaced_pod(NS, label_selector="app=smoke-research").items
+        if x.status.phase == "Pending"
+    ]
+    step(
+        f"PASS 4: inference scaled to {pool_pods} after {time.monotonic() - t:.1f}s; "
+        f"research pods preempted by the scheduler: "
+        f"{sorted(victims[e.involved_object.uid] for e in evs)} ({evs[0].message}); "
+        f"replacement research pods Pending (preemptionPolicy Never): {len(pending)}"
+    )
 
     if not args.keep:
         core.delete_namespace(NS)
