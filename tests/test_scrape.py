@@ -331,7 +331,7 @@ async def test_unexpected_reader_error_fails_only_that_target(
 ) -> None:
     import scaler.ingest.scrape as scrape_mod
 
-    def broken(text: str, engine: str, model: str | None) -> None:
+    def broken(text: str, engine: str, model: str | None, **_: object) -> None:
         raise KeyError("a bug")
 
     monkeypatch.setattr(scrape_mod, "read_sample", broken)
