@@ -727,6 +727,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.exception("internal error", extra=worker._extra)
         return EXIT_INTERNAL
     finally:
+        # The run is over and its exit code decided; a SIGTERM from here on (the pod being
+        # deleted while we exit) must not turn it into "killed by SIGTERM": the interpreter
+        # restores the default handler while it shuts down, so block the signal instead.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
         if checker is not None:
             checker.close()
         client.close()
