@@ -29,7 +29,10 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/gpu-pool-scaler demo $(ARGS)
 
+# Redis (a binary only: tests start their own servers) and helm/vLLM (installed by the
+# tests that use them into caches) are the services the tests need beyond the venv.
 test: $(STAMP)
+	bash tools/ensure-redis.sh
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
 lint: $(STAMP)
