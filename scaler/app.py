@@ -353,10 +353,11 @@ class Scaler:
             ours = decision.services.get(service)
             why = ignored_by_tolerance(ours.desired if ours else None, view)
             streak[service] = streak.get(service, 0) + 1 if why else 0
-            # Twice in a row: the HPA has had at least one sync period to follow us.
-            self.metrics.hpa_ignoring.labels(service).set(1 if streak[service] >= 2 else 0)
+            # Twice in a row: the HPA has had at least one sync period to follow us. The log
+            # line goes first: whoever sees the gauge at 1 finds the reason already logged.
             if streak[service] == 2:
                 log.warning("%s", why, extra={"service": service, "namespace": view.namespace})
+            self.metrics.hpa_ignoring.labels(service).set(1 if streak[service] >= 2 else 0)
 
     def _stop_control(self) -> None:
         loop, task = self._control_loop, self._control_task
