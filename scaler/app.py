@@ -34,6 +34,7 @@ from scaler.ingest.hpa import KEDA_HPA_SELECTOR, HpaChecker, ignored_by_toleranc
 from scaler.ingest.kube import make_api_client
 from scaler.ingest.scrape import Scraper, ScraperFollowingConfig, make_client
 from scaler.ingest.scrape_worker import ProcessScraper
+from scaler.ingest.state_store import ConfigMapStateStore, FileStateStore, StateStore
 from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
 from scaler.reload import ConfigHolder
 from scaler.serve.grpc_api import ExternalScalerServicer
@@ -67,6 +68,8 @@ class Options:
     # Scrape and parse in a worker process (see scaler/ingest/scrape_worker.py); False: in the
     # control thread (one process, e.g. for a one-shot `explain`).
     scrape_in_worker: bool = True
+    # Save the policy memory to server.stateFile / stateConfigMap (`explain` only reads it).
+    write_state: bool = True
 
 
 @dataclass
@@ -89,6 +92,8 @@ class Scaler:
         self.metrics = ScalerMetrics(self.registry, self.snapshots.latest)
         self.holder = ConfigHolder(options.config_path, config, self.metrics)
         self.draining = False
+        # True once gRPC health says SERVING: /readyz never runs ahead of the gRPC probe.
+        self.serving = False
         self._close_scraper: Callable[[], Awaitable[None]] | None = None
         self._scraper: ScraperFollowingConfig | None = None
         self._loop: ControlLoop | None = None
@@ -134,9 +139,22 @@ class Scaler:
             self._discovery_for,
             scraper,
             self.snapshots,
-            LoopDeps(capacity=self._capacity_for, harvest=self.harvest),
+            LoopDeps(
+                capacity=self._capacity_for,
+                harvest=self.harvest,
+                state=self._state_store(),
+                save_state=self.options.write_state,
+            ),
             self.metrics,
         )
+
+    def _state_store(self) -> StateStore | None:
+        server = self.holder.current()[0].server  # read at start; a reload does not move it
+        if server.stateFile is not None:
+            return FileStateStore(server.stateFile)
+        if server.stateConfigMap is not None:
+            return ConfigMapStateStore(self._kube(), server.stateConfigMap)
+        return None
 
     def _build_scraper(self, cfg: ScrapeConfig) -> tuple[ScrapeAll, Callable[[], Awaitable[None]]]:
         if self.options.scrape_in_worker:
@@ -194,7 +212,7 @@ class Scaler:
         if self.draining:
             return False, "draining (shutting down)"
         d = self.snapshots.latest()
-        if d.seq == 0:
+        if d.seq == 0 or not self.serving:
             return False, "first control-loop cycle not complete"
         return True, f"decision #{d.seq}, config generation {d.config_generation}"
 
@@ -259,6 +277,7 @@ class Scaler:
         await asyncio.wrap_future(first)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         await self.health.set(SERVICE_NAME, health_pb2.HealthCheckResponse.SERVING)
+        self.serving = True
         log.info(
             "serving pool %s: gRPC on %s, metrics on :%d",
             cfg.pool.name,
@@ -378,6 +397,8 @@ class Scaler:
             await asyncio.to_thread(self._control.join, 10.0)
             if self._control.is_alive():
                 log.warning("control thread did not stop within 10 s")
+            elif self._loop is not None:
+                await self._loop.save_state()  # the latest memory, for the next process
         await self.close()
         log.info("stopped cleanly")
 

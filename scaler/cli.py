@@ -8,6 +8,7 @@ import logging
 import sys
 
 from scaler.config import ConfigError, load_config
+from scaler.ingest.kube import NoKubeAPI
 from scaler.logs import setup_logging
 from scaler.research.cli import add_subcommands as add_research_subcommands
 
@@ -41,7 +42,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     async def once() -> str:
         # One cycle: scraping in this process (no worker to spawn for it).
-        scaler = Scaler(cfg, Options(args.config, scrape_in_worker=False))
+        # It reads the server's saved memory (server.stateFile / stateConfigMap), so the
+        # decision shows the stabilization window and what was learned; it never writes it.
+        scaler = Scaler(cfg, Options(args.config, scrape_in_worker=False, write_state=False))
         try:
             decision = await scaler.loop.run_once()
         finally:
@@ -108,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args))
     except ConfigError as e:
         print(f"error: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    except NoKubeAPI as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

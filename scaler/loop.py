@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from scaler.config import Config, InferenceService
+from scaler.core import memory
 from scaler.core.accounting import Capacity, HarvestMeter
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import Decision
 from scaler.core.load import Endpoint, ScrapeJob, ScrapeResult, TargetState
 from scaler.core.tracker import TargetTracker
 from scaler.ingest.discovery import Discovery
+from scaler.ingest.state_store import StateStore
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
 
@@ -39,6 +41,11 @@ class ScrapeAll(Protocol):
 class LoopDeps:
     capacity: Callable[[Config], Capacity | None]  # current capacity under this config
     harvest: HarvestMeter | None = None
+    # server.stateFile / stateConfigMap: restore the policy memory on the first cycle, save
+    # it at most every server.stateWriteSeconds (and at shutdown) unless `save_state` is off
+    # (a one-shot `explain` reads the server's memory but never writes it).
+    state: StateStore | None = None
+    save_state: bool = True
 
 
 class ControlLoop:
@@ -66,10 +73,16 @@ class ControlLoop:
         self._state = CycleState()
         self._known: tuple[set[str], set[str]] = (set(), set())
         self.last_cycle_at: float | None = None  # clock time, for /healthz
+        self._restored = False
+        self._saved_at: float | None = None
+        self._save_error: str | None = None
 
     async def run_once(self) -> Decision:
         cfg, generation = self._config()
         started = self._clock()
+        if not self._restored:
+            self._restored = True
+            await self._restore(cfg)
         self._forget_removed(cfg)
 
         endpoints: dict[str, list[Endpoint] | None] = {}
@@ -116,10 +129,54 @@ class ControlLoop:
             self._metrics.harvested.inc(max(0.0, self._deps.harvest.gpu_hours - before))
 
         self._snapshots.publish(result)
+        store = self._deps.state
+        every = cfg.server.stateWriteSeconds
+        if store is not None and (self._saved_at is None or now - self._saved_at >= every):
+            await self.save_state(cfg)
         self._metrics.cycles.inc()
         self._metrics.cycle_duration.observe(self._clock() - started)
         self.last_cycle_at = self._clock()
         return result
+
+    async def _restore(self, cfg: Config) -> None:
+        store = self._deps.state
+        if store is None:
+            return
+        try:
+            text = await asyncio.to_thread(store.load)
+        except OSError as e:
+            log.warning("state not restored: cannot read %s: %s", store.describe(), e)
+            return
+        if text is None:
+            log.info("no saved state in %s: starting fresh", store.describe())
+            return
+        state, why = memory.restore(text, cfg, self._clock(), self._wall())
+        if state is None:
+            log.warning("%s (%s)", why, store.describe())
+            return
+        self._state = state
+        log.info("%s from %s", why, store.describe())
+
+    async def save_state(self, cfg: Config | None = None) -> None:
+        """Write the memory now (the loop calls this at most every stateWriteSeconds, and the
+        app at shutdown). A failure is logged once per distinct error and retried later."""
+        store = self._deps.state
+        if store is None or not self._deps.save_state or self._state.seq == 0:
+            return
+        cfg = cfg or self._config()[0]
+        now = self._clock()
+        text = memory.dump(self._state, cfg, now, self._wall())
+        self._saved_at = now
+        try:
+            await asyncio.to_thread(store.save, text)
+        except OSError as e:
+            if str(e) != self._save_error:
+                log.warning("state not saved to %s: %s", store.describe(), e)
+            self._save_error = str(e)
+            return
+        if self._save_error is not None:
+            log.info("state saved to %s again", store.describe())
+        self._save_error = None
 
     def _log_changes(self, result: Decision) -> None:
         latest = self._snapshots.latest().services

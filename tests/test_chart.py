@@ -55,6 +55,7 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
 from scaler.serve.metrics import ScalerMetrics
+from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 
 pytestmark = pytest.mark.helm
@@ -464,7 +465,8 @@ class RbacCase:
 
 SERVING = frozenset({"serving"})
 RBAC_CASES = [
-    RbacCase("minimal", None, frozenset(), frozenset(), token=False),
+    # token: server.state (on by default) writes the policy memory to a ConfigMap.
+    RbacCase("minimal", None, frozenset(), frozenset(), token=True),
     RbacCase(
         "multi-service",
         frozenset({"nodes", "pods"}),
@@ -478,13 +480,28 @@ RBAC_CASES = [
 ]
 
 
+STATE_RULES = [
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]},
+    {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": [f"{RELEASE}-gpu-pool-scaler-state"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
 @pytest.mark.parametrize("case", RBAC_CASES, ids=[c.cid for c in RBAC_CASES])
 def test_rbac_is_read_only_and_only_what_is_used(
     rendered: dict[str, list[dict[str, Any]]], case: RbacCase
 ) -> None:
     docs = rendered[case.cid]
     roles = objs(docs, "ClusterRole") + objs(docs, "Role")
+    state_role = one(docs, "Role", f"{RELEASE}-gpu-pool-scaler-state")
+    assert state_role["rules"] == STATE_RULES  # the one write: its own ConfigMap
     for role in roles:
+        if role is state_role:
+            continue
         for rule in role["rules"]:
             assert set(rule["verbs"]) <= READ_VERBS, rule
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
@@ -506,7 +523,7 @@ def test_rbac_is_read_only_and_only_what_is_used(
             r["metadata"]["namespace"] for r in found if r["metadata"]["name"].endswith("-hpa-read")
         }
         assert (discovery, hpa) == (case.role_namespaces, case.hpa_namespaces), kind
-        assert len(found) == len(discovery) + len(hpa)
+        assert len(found) == len(discovery) + len(hpa) + 1  # + the state Role(Binding)
     for role in objs(docs, "Role"):
         if role["metadata"]["name"].endswith("-hpa-read"):
             assert role["rules"] == [
@@ -604,6 +621,62 @@ def test_hpa_check_mode_decides_the_hpa_roles(
     assert pod["automountServiceAccountToken"] is True
     cfg = loaded_config(docs, tmp_path)
     assert (cfg.server.hpaCheck, cfg.server.hpaCheckSeconds) == (mode, 30)
+
+
+@dataclass(frozen=True)
+class StateCase:
+    name: str
+    state: dict[str, Any]
+    configmap: str | None  # the config's server.stateConfigMap; None: no state Role either
+    write_s: float
+
+
+STATE_CASES = [
+    StateCase("default", {}, f"{NAMESPACE}/{RELEASE}-gpu-pool-scaler-state", 60.0),
+    StateCase(
+        "named",
+        {"configMapName": "pool-memory", "writeSeconds": 15},
+        f"{NAMESPACE}/pool-memory",
+        15.0,
+    ),
+    StateCase("off", {"enabled": False}, None, 60.0),
+]
+
+
+@pytest.mark.parametrize("case", STATE_CASES, ids=[c.name for c in STATE_CASES])
+def test_state_configmap_is_wired_to_config_and_rbac(
+    helm: Helm, tmp_path: Path, case: StateCase
+) -> None:
+    """server.state → the scaler's stateConfigMap, a Role that reaches only that ConfigMap,
+    and (turned off, with static targets and capacity) no API token at all."""
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"server": {"state": case.state}}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    cfg = loaded_config(docs, tmp_path)
+    assert (cfg.server.stateConfigMap, cfg.server.stateWriteSeconds) == (
+        case.configmap,
+        case.write_s,
+    )
+    roles = [r for r in objs(docs, "Role") if r["metadata"]["name"].endswith("-state")]
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    if case.configmap is None:
+        assert not roles and not objs(docs, "RoleBinding")
+        assert pod["automountServiceAccountToken"] is False
+        return
+    (role,) = roles
+    name = case.configmap.split("/")[1]
+    assert role["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"][1]["resourceNames"] == [name]
+    assert {v for rule in role["rules"] for v in rule["verbs"]} == {"create", "get", "update"}
+    assert pod["automountServiceAccountToken"] is True
+
+
+def test_state_configmap_name_is_checked_by_the_schema(helm: Helm, tmp_path: Path) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"server": {"state": {"configMapName": "Bad_Name"}}}))
+    proc = helm.template(CHART / "ci" / "minimal-values.yaml", f)
+    assert proc.returncode != 0
+    assert "configMapName" in proc.stderr, proc.stderr
 
 
 def test_set_flags_render_like_values_files(helm: Helm, tmp_path: Path) -> None:
@@ -2124,7 +2197,8 @@ def _wait(
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"scaler exited ({proc.returncode}) while waiting for {what}")
+            out = proc.stdout.read()[-3000:] if proc.stdout else ""
+            pytest.fail(f"scaler exited ({proc.returncode}) while waiting for {what}:\n{out}")
         got = pred()
         if got:
             return got
@@ -2261,12 +2335,21 @@ def test_rendered_deployment_runs_the_real_scaler(
         KubeletConfigDir(local["tls"]).write({k: v.decode() for k, v in secret.items()})
     args = [localize(a) for a in container["args"]]
     assert args == ["serve", "--config", str(local["config"] / "config.yaml")]
+    # The API the mounted ServiceAccount token reaches: here only the state ConfigMap.
+    api = FakeKubeAPI().start()
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    state_cm = f"{RELEASE}-gpu-pool-scaler-state"
     proc = subprocess.Popen(
         [sys.executable, "-m", "scaler", *args, "--log-format", "text"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "POD_NAME": "scaler-0", "POD_NAMESPACE": NAMESPACE},
+        env={
+            **os.environ,
+            "POD_NAME": "scaler-0",
+            "POD_NAMESPACE": NAMESPACE,
+            "KUBECONFIG": str(kubeconfig),
+        },
     )
     try:
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
@@ -2354,7 +2437,17 @@ def test_rendered_deployment_runs_the_real_scaler(
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
+        api.stop()
     assert proc.returncode == 0, out
+    # The policy memory went where the chart's Role lets it: that one ConfigMap.
+    saved = api.get("configmaps", state_cm, NAMESPACE)
+    assert saved is not None, out
+    assert json.loads(saved["data"]["state.json"])["services"].keys() == {"chat"}
+    assert {(r.method, r.resource) for r in api.requests} <= {
+        ("GET", "configmaps"),
+        ("POST", "configmaps"),
+        ("PUT", "configmaps"),
+    }
 
 
 QUEUE_COMMAND = """
@@ -2427,11 +2520,13 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
 
     config = tmp_path / "config.yaml"
     config.write_text(one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["data"]["config.yaml"])
+    api = FakeKubeAPI().start()  # for server.state (the policy memory ConfigMap)
     scaler = subprocess.Popen(
         [sys.executable, "-m", "scaler", "serve", "--config", str(config), "--log-format", "text"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "KUBECONFIG": str(api.write_kubeconfig(tmp_path / "kubeconfig"))},
     )
     client = connect(redis_server.url)
     try:
@@ -2477,4 +2572,5 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
         except subprocess.TimeoutExpired:
             scaler.kill()
             scaler.communicate()
+        api.stop()
         next(redis_gen, None)  # stops redis-server

@@ -1,6 +1,6 @@
-"""Chaos: at least 200 items over 3 classes (more arrive while chaos is unspent), 8 concurrent gpu-pool-worker processes, random SIGTERM
-(preemption) and SIGKILL of a worker with its command (node loss), and one Redis crash
-(SIGKILL; AOF with appendfsync always) mid-run.
+"""Chaos: at least 200 items over 3 classes (more arrive while chaos is unspent), 8
+concurrent gpu-pool-worker processes, random SIGTERM (preemption) and SIGKILL of a worker
+with its command (node loss), and one Redis crash (SIGKILL; AOF with appendfsync always).
 
 The command checkpoints after every step and logs to its checkpoint dir, in order:
 `start A D` (attempt A resumes after step D), `exec K A` before step K, `ckpt K A` after

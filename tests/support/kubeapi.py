@@ -16,7 +16,11 @@ Resources (generic over paths; add more with `api.register(Resource(...))`):
                     /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices
     plus GET of one object: .../{plural}/{name}
 
-Requests (GET only):
+Writes: POST to a collection creates (409 AlreadyExists when taken), PUT to an object
+replaces it (404 when absent; 409 Conflict on a stale metadata.resourceVersion), as the real
+server; `api.requests` records them with their method.
+
+Requests:
     list   → {"kind": "<Kind>List", "apiVersion", "metadata": {"resourceVersion"}, "items"}
              items carry no kind/apiVersion (as the real server); `limit` + `continue`
              paginate over a snapshot; `labelSelector` (=, ==, !=, in, notin, key, !key) and
@@ -62,6 +66,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -86,6 +91,7 @@ DEFAULT_RESOURCES = (
     Resource("nodes", "Node", "v1", namespaced=False),
     Resource("pods", "Pod", "v1", namespaced=True),
     Resource("endpointslices", "EndpointSlice", "discovery.k8s.io/v1", namespaced=True),
+    Resource("configmaps", "ConfigMap", "v1", namespaced=True),
 )
 
 
@@ -255,6 +261,22 @@ class FakeKubeAPI:
     def client(self) -> kubernetes.client.ApiClient:
         conf = kubernetes.client.Configuration(host=self.url)
         return kubernetes.client.ApiClient(conf)
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig whose current context is this server (what `KUBECONFIG=` reads)."""
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                    "current-context": "fake",
+                }
+            )
+        )
+        return path
 
     # objects ------------------------------------------------------------------------
     def _store(self, resource: str) -> _Store:
@@ -542,7 +564,13 @@ def _status(code: int, reason: str, message: str) -> Obj:
     }
 
 
-_REASONS = {400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 410: "Expired"}
+_REASONS = {
+    400: "BadRequest",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "AlreadyExists",
+    410: "Expired",
+}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -636,6 +664,60 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with fake._cond:
                 fake._open_watches[plural] -= 1
+
+    def _write(self, method: str) -> None:
+        fake = self.fake
+        url = urlsplit(self.path)
+        route = fake._route(url.path)
+        with fake._cond:
+            fake.requests.append(
+                Request(method, url.path, route[0].resource.plural if route else None, False, {})
+            )
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except ValueError as e:
+            self._error(400, f"body is not JSON: {e}")
+            return
+        if route is None:
+            self._error(404, f"the server could not find the requested resource ({url.path})")
+            return
+        st, ns, name = route
+        failure = fake._take_failure(st.resource.plural)
+        if failure is not None:
+            self._error(failure, f"injected failure {failure}")
+            return
+        meta = body.get("metadata") or {}
+        if st.resource.namespaced:
+            meta["namespace"] = ns or meta.get("namespace") or "default"
+        plural = st.resource.plural
+        with fake._cond:  # check and write atomically, as etcd's transaction does
+            if method == "POST":
+                if name is not None:
+                    self._error(405, "POST goes to the collection")
+                    return
+                if fake.get(plural, meta.get("name", ""), ns) is not None:
+                    self._error(409, f'{plural} "{meta.get("name")}" already exists')
+                    return
+            else:
+                old = fake.get(plural, name or "", ns)
+                if old is None:
+                    self._error(404, f'{plural} "{name}" not found')
+                    return
+                want = meta.get("resourceVersion")
+                if want and want != old["metadata"]["resourceVersion"]:
+                    self._error(409, f'{plural} "{name}": the object has been modified')
+                    return
+                meta.pop("resourceVersion", None)
+            body["metadata"] = meta
+            stored = fake.put(plural, body)
+        self._send_json(201 if method == "POST" else 200, fake._wire(st, stored))
+
+    def do_POST(self) -> None:
+        self._write("POST")
+
+    def do_PUT(self) -> None:
+        self._write("PUT")
 
 
 # --- builders for objects in the real JSON shape ----------------------------------------

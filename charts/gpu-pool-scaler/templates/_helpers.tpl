@@ -247,8 +247,16 @@ authenticationRef:
 {{- $out | uniq | sortAlpha | join "," }}
 {{- end }}
 
+{{/* The ConfigMap holding the policy memory (server.state), empty when off. */}}
+{{- define "gps.stateConfigMap" -}}
+{{- $st := default dict .Values.server.state }}
+{{- if ne (include "gps.get" (list $st "enabled" true)) "false" }}
+{{- default (printf "%s-state" (include "gps.fullname" .)) $st.configMapName }}
+{{- end }}
+{{- end }}
+
 {{- define "gps.needsKubeAPI" -}}
-{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) (include "gps.hpaCheck" .) }}true{{ end }}
+{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) (include "gps.hpaCheck" .) (include "gps.stateConfigMap" .) }}true{{ end }}
 {{- end }}
 
 {{/* Namespaces holding ScaledObjects/ScaledJobs (one TriggerAuthentication each). */}}
@@ -269,6 +277,10 @@ authenticationRef:
 {{/* The config file the scaler reads: pool-config keys only, chart keys stripped. */}}
 {{- define "gps.config" -}}
 {{- $server := dict "listenAddress" (.Values.server.listenAddress | default "0.0.0.0") "grpcPort" (int .Values.server.grpcPort) "metricsPort" (int .Values.server.metricsPort) "hpaCheck" (default "auto" .Values.server.hpaCheck) "hpaCheckSeconds" .Values.server.hpaCheckSeconds }}
+{{- with include "gps.stateConfigMap" . }}
+{{- $_ := set $server "stateConfigMap" (printf "%s/%s" $.Release.Namespace .) }}
+{{- $_ := set $server "stateWriteSeconds" (default 60 ($.Values.server.state).writeSeconds) }}
+{{- end }}
 {{- if .Values.server.tls.enabled }}
 {{- $tls := dict "certFile" "/var/run/gpu-pool-scaler/tls/tls.crt" "keyFile" "/var/run/gpu-pool-scaler/tls/tls.key" }}
 {{- if .Values.server.tls.clientAuth }}

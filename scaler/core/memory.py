@@ -1,0 +1,261 @@
+"""The control loop's memory as a versioned JSON document, so a restart keeps it.
+
+What survives: per service the policy's memory (stabilization window, last raise, learned
+batch, the slo signal's window and learned capacity) and the forecast history. What does
+not: the adaptive reserve's recent history, and the "one complete cycle" gate (research
+waits for fresh data from every service after a start, as before).
+
+Times inside `PolicyState` are monotonic seconds of the process that wrote them; the
+document stores wall-clock seconds instead and `restore` maps them onto the new process's
+monotonic clock. Pure: the caller reads and writes the text (scaler/ingest/state_store.py)
+and passes both clocks in.
+
+`restore` trusts nothing: a document of another kind, version or pool, written in the
+future, malformed in any field, or older than `POLICY_MAX_AGE_S` (policy memory; the
+forecast history is kept up to `pool.forecast.historyDays`) is ignored, with the reason
+returned for the log line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from scaler.config import Config
+from scaler.core.cycle import CycleState
+from scaler.core.forecast import DAY, History
+from scaler.core.policy import PolicyState
+from scaler.core.slo import Learned, SloEntry
+
+KIND = "gpu-pool-scaler/state"
+VERSION = 1
+# Policy memory older than this is not worth restoring: every window it holds (scale-down
+# stabilization, slo window, cold start) is shorter, and the learned values may be stale.
+POLICY_MAX_AGE_S = 3600.0
+_CLOCK_SKEW_S = 300.0
+
+
+class Invalid(ValueError):
+    """The document cannot be trusted; the message says why (for the log line)."""
+
+
+# --- dump ------------------------------------------------------------------------------
+
+
+def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> str:
+    def w(t: float | None) -> float | None:  # monotonic -> wall clock
+        return None if t is None else round(t - mono_now + wall_now, 3)
+
+    services: dict[str, Any] = {}
+    for svc in cfg.inference:
+        entry: dict[str, Any] = {}
+        p = state.policy.get(svc.name)
+        if p is not None:
+            entry["policy"] = {
+                "desired": p.desired,
+                "updatedAt": w(p.updated_at),
+                "raisedAt": w(p.raised_at),
+                "waitingAtRaise": p.waiting_at_raise,
+                "lowSince": w(p.low_since),
+                "loweredAt": w(p.lowered_at),
+                "window": [[w(t), r] for t, r in p.window],
+                "batchPerReplica": p.batch_per_replica,
+                "sloWindow": [
+                    [w(e.t), e.good, e.total, e.rps, e.ready, e.itl_good, e.itl_total]
+                    for e in p.slo_window
+                ],
+                "learned": {
+                    "capacityRps": p.learned.capacity_rps,
+                    "changedAt": w(p.learned.changed_at),
+                    "breachRps": p.learned.breach_rps,
+                    "breachAt": w(p.learned.breach_at),
+                },
+            }
+        h = state.forecast.get(svc.name)
+        if h is not None:
+            entry["forecast"] = {
+                "slotSeconds": h.slot_s,
+                "days": {str(d): list(v) for d, v in sorted(h.days.items())},
+            }
+        if entry:
+            services[svc.name] = entry
+    doc = {
+        "kind": KIND,
+        "version": VERSION,
+        "pool": cfg.pool.name,
+        "savedAt": round(wall_now, 3),
+        "services": services,
+    }
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False)
+
+
+# --- restore ---------------------------------------------------------------------------
+
+
+def _num(v: Any, what: str, *, lo: float = -math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < lo:
+        raise Invalid(f"{what} is not a number >= {lo:g}: {v!r}"[:200])
+    return float(v)
+
+
+def _opt(v: Any, what: str, *, lo: float = -math.inf) -> float | None:
+    return None if v is None else _num(v, what, lo=lo)
+
+
+def _int(v: Any, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise Invalid(f"{what} is not a count: {v!r}"[:200])
+    return v
+
+
+def _map(v: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(v, dict):
+        raise Invalid(f"{what} is not an object")
+    return v
+
+
+def _list(v: Any, what: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise Invalid(f"{what} is not a list")
+    return v
+
+
+def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicyState:
+    def t(v: Any, what: str) -> float | None:
+        x = _opt(v, f"{name}.{what}")
+        if x is None:
+            return None
+        m = clock(x)
+        if m > now + 1.0:
+            raise Invalid(f"{name}.{what} is in the future")
+        return m
+
+    window = []
+    for i, e in enumerate(_list(d.get("window", []), f"{name}.window")):
+        pair = _list(e, f"{name}.window[{i}]")
+        if len(pair) != 2:
+            raise Invalid(f"{name}.window[{i}] is not [time, replicas]")
+        at = t(pair[0], f"window[{i}]")
+        assert at is not None
+        window.append((at, _int(pair[1], f"{name}.window[{i}]")))
+    slo_window = []
+    for i, e in enumerate(_list(d.get("sloWindow", []), f"{name}.sloWindow")):
+        row = _list(e, f"{name}.sloWindow[{i}]")
+        if len(row) != 7:
+            raise Invalid(f"{name}.sloWindow[{i}] has {len(row)} fields, not 7")
+        at = t(row[0], f"sloWindow[{i}]")
+        assert at is not None
+        slo_window.append(
+            SloEntry(
+                at,
+                _num(row[1], "good", lo=0),
+                _num(row[2], "total", lo=0),
+                _opt(row[3], "rps", lo=0),
+                _int(row[4], "ready"),
+                _num(row[5], "itl good", lo=0),
+                _num(row[6], "itl total", lo=0),
+            )
+        )
+    learned = _map(d.get("learned", {}), f"{name}.learned")
+    desired = d.get("desired")
+    updated = t(d.get("updatedAt"), "updatedAt")
+    if updated is None:
+        raise Invalid(f"{name}.updatedAt missing")
+    return PolicyState(
+        desired=None if desired is None else _int(desired, f"{name}.desired"),
+        updated_at=updated,
+        raised_at=t(d.get("raisedAt"), "raisedAt"),
+        waiting_at_raise=_num(d.get("waitingAtRaise", 0.0), f"{name}.waitingAtRaise", lo=0),
+        low_since=t(d.get("lowSince"), "lowSince"),
+        lowered_at=t(d.get("loweredAt"), "loweredAt"),
+        window=tuple(window),
+        batch_per_replica=_opt(d.get("batchPerReplica"), f"{name}.batchPerReplica", lo=0),
+        slo_window=tuple(slo_window),
+        learned=Learned(
+            _opt(learned.get("capacityRps"), f"{name}.capacityRps", lo=0),
+            t(learned.get("changedAt"), "learned.changedAt"),
+            _opt(learned.get("breachRps"), f"{name}.breachRps", lo=0),
+            t(learned.get("breachAt"), "learned.breachAt"),
+        ),
+    )
+
+
+def _history(d: Mapping[str, Any], name: str, cfg: Config, wall_now: float) -> History | None:
+    slot = _num(d.get("slotSeconds"), f"{name}.forecast.slotSeconds", lo=1)
+    if slot != cfg.pool.forecast.slotSeconds:
+        return None  # the slots do not line up with the configured ones: start over
+    per_day = max(1, round(DAY / slot))
+    today = math.floor(wall_now / DAY)
+    days: dict[int, tuple[int, ...]] = {}
+    for key, row in _map(d.get("days"), f"{name}.forecast.days").items():
+        if not key.lstrip("-").isdigit():
+            raise Invalid(f"{name}.forecast.days key {key!r} is not a day number"[:200])
+        day = int(key)
+        vals = _list(row, f"{name}.forecast.days[{key}]")
+        if len(vals) != per_day:
+            raise Invalid(f"{name}.forecast.days[{key}] has {len(vals)} slots, not {per_day}")
+        for v in vals:
+            if isinstance(v, bool) or not isinstance(v, int) or v < -1:
+                raise Invalid(f"{name}.forecast.days[{key}] holds {v!r}"[:200])
+        if today - cfg.pool.forecast.historyDays < day <= today:
+            days[day] = tuple(vals)
+    return History(slot, MappingProxyType(days))
+
+
+def restore(
+    text: str, cfg: Config, mono_now: float, wall_now: float
+) -> tuple[CycleState | None, str]:
+    """(the state to start from, a line for the log). None: start empty (the line says why)."""
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        return None, f"state ignored: not JSON ({e})"[:300]
+    try:
+        return _restore(doc, cfg, mono_now, wall_now)
+    except Invalid as e:
+        return None, f"state ignored: {e}"
+    except (TypeError, AttributeError, KeyError, ValueError) as e:  # any shape we missed
+        return None, f"state ignored: malformed ({type(e).__name__}: {e})"[:300]
+
+
+def _restore(
+    doc: Any, cfg: Config, mono_now: float, wall_now: float
+) -> tuple[CycleState | None, str]:
+    d = _map(doc, "document")
+    if d.get("kind") != KIND:
+        return None, f"state ignored: kind {d.get('kind')!r} is not {KIND!r}"[:300]
+    if d.get("version") != VERSION:
+        return None, f"state ignored: version {d.get('version')!r}, this scaler reads {VERSION}"
+    if d.get("pool") != cfg.pool.name:
+        return None, f"state ignored: written for pool {d.get('pool')!r}, not {cfg.pool.name!r}"
+    saved = _num(d.get("savedAt"), "savedAt", lo=0)
+    age = wall_now - saved
+    if age < -_CLOCK_SKEW_S:
+        return None, f"state ignored: saved {-age:.0f} s in the future (clock skew?)"
+
+    def clock(wall: float) -> float:
+        return wall - wall_now + mono_now
+
+    policy: dict[str, PolicyState] = {}
+    history: dict[str, History] = {}
+    services = _map(d.get("services", {}), "services")
+    known = {s.name for s in cfg.inference}
+    for name, entry in services.items():
+        if name not in known:
+            continue  # removed from the config meanwhile
+        e = _map(entry, f"services.{name}")
+        if "policy" in e and age <= POLICY_MAX_AGE_S:
+            policy[name] = _policy(_map(e["policy"], name), name, clock, mono_now)
+        if "forecast" in e:
+            h = _history(_map(e["forecast"], f"{name}.forecast"), name, cfg, wall_now)
+            if h is not None:
+                history[name] = h
+    state = CycleState(policy=MappingProxyType(policy), forecast=MappingProxyType(history))
+    parts = [f"policy memory of {len(policy)} service(s)"]
+    if age > POLICY_MAX_AGE_S and any("policy" in _map(v, "s") for v in services.values()):
+        parts = [f"policy memory too old ({age:.0f} s > {POLICY_MAX_AGE_S:.0f} s), not used"]
+    parts.append(f"forecast history of {len(history)} service(s)")
+    return state, f"state restored (saved {max(0.0, age):.0f} s ago): " + ", ".join(parts)

@@ -1,0 +1,198 @@
+"""The control loop's memory survives a restart (scaler/core/memory.py, ingest/state_store.py):
+a dumped and restored state decides exactly like the uninterrupted one; a document that
+cannot be trusted is ignored with a reason; the stores write atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scaler.config import Config, parse_config
+from scaler.core import memory
+from scaler.core.accounting import Capacity
+from scaler.core.cycle import CycleInput, CycleState, step
+from scaler.core.decision import Decision
+from scaler.core.load import EngineSample, TargetPhase, TargetState
+from scaler.ingest.state_store import KEY, ConfigMapStateStore, FileStateStore
+from tests.support.kubeapi import FakeKubeAPI
+
+EPOCH = 1_715_299_200.0
+
+
+def config(pool: str = "sim", slot: float = 600) -> Config:
+    return parse_config(
+        {
+            "pool": {
+                "name": pool,
+                "capacity": {"gpus": 64},
+                "forecast": {"enabled": True, "minHistoryDays": 0.25, "slotSeconds": slot},
+            },
+            "inference": [
+                {
+                    "name": "chat",
+                    "gpusPerReplica": 4,
+                    "targets": {"static": ["h:1"]},
+                    "scaleDown": {"stabilizationSeconds": 600},
+                    "slo": {"attainment": 0.95, "windowSeconds": 120},
+                }
+            ],
+            "research": [{"name": "eval", "gpusPerJob": 1, "checkpointIntervalSeconds": 600}],
+        }
+    )
+
+
+def targets(i: int, mono0: float) -> list[TargetState]:
+    """A daily ramp on 4 replicas (one cycle a minute); TTFT misses the objective at its top
+    (deltas per cycle, as the tracker hands them over)."""
+    rps = 2 + 6 * math.sin(math.pi * (i % 720) / 720) ** 2
+    slow = 0.2 if rps > 6 else 0.0
+    n = rps * 60 / 4  # per replica and cycle
+    ttft = ((1.0, n * (1 - slow)), (5.0, n), (math.inf, n))
+    waiting = max(0.0, (rps - 4) * 8)
+    s = EngineSample(waiting, rps * 3, 0.3, 0.3, 1e3 * i, 1e3 * i, 0.0, 1.0)
+    at = mono0 + 60.0 * i
+    return [
+        TargetState(f"r{k}", TargetPhase.SERVING, s, at, ttft_delta=ttft, delta_s=60.0)
+        for k in range(4)
+    ]
+
+
+def run(
+    cfg: Config, i0: int, i1: int, state: CycleState, mono0: float
+) -> tuple[list[Decision], CycleState]:
+    out = []
+    for i in range(i0, i1):
+        tt = targets(i, mono0)
+        inp = CycleInput(cfg, {"chat": tt}, Capacity(64), mono0 + 60.0 * i, calendar=EPOCH + 60 * i)
+        d, state = step(inp, state)
+        out.append(d)
+    return out, state
+
+
+def test_restored_memory_decides_like_the_uninterrupted_one() -> None:
+    """Two days, one cycle a minute; a restart at 30 h with another monotonic clock."""
+    cfg = config()
+    whole, _ = run(cfg, 0, 2880, CycleState(), 0.0)
+    _, st = run(cfg, 0, 1800, CycleState(), 0.0)
+    text = memory.dump(st, cfg, mono_now=60.0 * 1799, wall_now=EPOCH + 60.0 * 1799)
+    mono0 = 5_000_000.0  # the new process: its monotonic clock has another origin
+    restored, why = memory.restore(
+        text, cfg, mono_now=mono0 + 60.0 * 1799, wall_now=EPOCH + 60.0 * 1799
+    )
+    assert restored is not None, why
+    assert "policy memory of 1 service(s), forecast history of 1 service(s)" in why
+    # The tracker is rebuilt by the new process too: deltas resume from its next scrape.
+    after, _ = run(cfg, 1800, 2880, restored, mono0)
+    for a, b in zip(whole[1800:], after, strict=True):
+        sa, sb = a.services["chat"], b.services["chat"]
+        assert (sa.desired, sa.decided_by, sa.reason) == (sb.desired, sb.decided_by, sb.reason)
+        assert sa.slo == sb.slo and a.research == b.research
+    # The parts that make the restart matter were in use.
+    assert any(d.services["chat"].decided_by == "forecast" for d in after)
+    assert any(d.services["chat"].decided_by == "stabilization" for d in after)
+    assert restored.policy["chat"].learned.capacity_rps is not None
+    assert not restored.had_complete_cycle  # research still waits for fresh data
+
+
+def saved(**patch: Any) -> str:
+    cfg = config()
+    _, st = run(cfg, 0, 30, CycleState(), 0.0)
+    doc = json.loads(memory.dump(st, cfg, 60.0 * 29, EPOCH + 60.0 * 29))
+    for path, value in patch.items():
+        cur = doc
+        keys = path.split("__")
+        for k in keys[:-1]:
+            cur = cur[int(k)] if k.isdigit() else cur[k]
+        cur[keys[-1]] = value
+    return json.dumps(doc)
+
+
+IGNORED = {
+    "not-json": ("{oops", "not JSON"),
+    "foreign-kind": (saved(kind="something/else"), "kind 'something/else'"),
+    "newer-version": (saved(version=2), "version 2, this scaler reads 1"),
+    "other-pool": (saved(pool="other"), "written for pool 'other'"),
+    "from-the-future": (saved(savedAt=EPOCH + 86400), "in the future"),
+    "desired-negative": (saved(services__chat__policy__desired=-3), "desired is not a count"),
+    "window-garbage": (saved(services__chat__policy__window=[["x", 1]]), "not a number"),
+    "nan-batch": (
+        saved(services__chat__policy__batchPerReplica="NaN"),
+        "batchPerReplica is not a number",
+    ),
+    "forecast-row-short": (
+        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [1, 2]}),
+        "slots, not 144",
+    ),
+    "top-level-list": ("[1, 2]", "document is not an object"),
+}
+
+
+@pytest.mark.parametrize(("text", "why"), IGNORED.values(), ids=IGNORED.keys())
+def test_untrusted_state_is_ignored_with_a_reason(text: str, why: str) -> None:
+    st, line = memory.restore(text, config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is None
+    assert line.startswith("state ignored: ") and why in line
+
+
+def test_old_policy_memory_is_dropped_but_the_forecast_kept() -> None:
+    st, line = memory.restore(saved(), config(), 100.0, EPOCH + 60.0 * 29 + 2 * 3600)
+    assert st is not None and "too old" in line
+    assert "chat" not in st.policy and "chat" in st.forecast
+
+
+def test_changed_slot_length_or_removed_service_starts_that_part_over() -> None:
+    st, _ = memory.restore(saved(), config(slot=300), 100.0, EPOCH + 60.0 * 30)
+    assert st is not None and "chat" in st.policy and "chat" not in st.forecast
+    st, _ = memory.restore(saved(services={"gone": {}}), config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is not None and not st.policy
+
+
+def test_file_store_round_trip_and_atomic_replace(tmp_path: Path) -> None:
+    store = FileStateStore(tmp_path / "sub" / "state.json")
+    assert store.load() is None
+    store.save("one")
+    store.save("two")
+    assert store.load() == "two"
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["state.json"]  # no temp left
+
+
+def test_configmap_store_creates_then_updates_over_the_api() -> None:
+    """The official client against an HTTP API server: 404 → None, the first save creates
+    (PUT 404 → POST), later saves replace; labels mark the object as the scaler's."""
+    with FakeKubeAPI() as api:
+        store = ConfigMapStateStore(api.client(), "gpu-pool/scaler-state")
+        assert store.load() is None
+        store.save("v1")
+        store.save("v2")
+        assert store.load() == "v2"
+        calls = [r.method for r in api.requests if r.resource == "configmaps"]
+        assert calls == ["GET", "PUT", "POST", "PUT", "GET"]
+        body = api.get("configmaps", "scaler-state", "gpu-pool")
+        assert body is not None and body["data"] == {KEY: "v2"}
+        assert body["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpu-pool-scaler"
+
+
+@pytest.mark.parametrize("status", [403, 500])
+def test_configmap_store_turns_api_errors_into_oserror(status: int) -> None:
+    with FakeKubeAPI() as api:
+        store = ConfigMapStateStore(api.client(), "gpu-pool/scaler-state")
+        api.fail(status)
+        with pytest.raises(OSError, match=f"HTTP {status}"):
+            store.load()
+        with pytest.raises(OSError, match=f"HTTP {status}"):
+            store.save("v1")
+
+
+def test_configmap_store_unreachable_api_is_an_oserror() -> None:
+    with FakeKubeAPI() as api:
+        client = api.client()
+    client.configuration.retries = 0  # the port is closed now
+    store = ConfigMapStateStore(client, "gpu-pool/scaler-state")
+    with pytest.raises(OSError, match="scaler-state"):
+        store.load()
+    with pytest.raises(OSError, match="scaler-state"):
+        store.save("v1")
