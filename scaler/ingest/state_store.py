@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from urllib3.exceptions import HTTPError
 
 KEY = "state.json"
-TIMEOUT = {"_request_timeout": 10}  # seconds: a hung API must not hold the control loop
+TIMEOUT_S = 10  # a hung API must not hold the control loop
 
 
 class StateStore(Protocol):
@@ -79,7 +79,7 @@ class ConfigMapStateStore:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            cm = self._api.read_namespaced_config_map(self.name, self.namespace, **TIMEOUT)
+            cm = self._api.read_namespaced_config_map(self.name, self.namespace, _request_timeout=TIMEOUT_S)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -101,12 +101,12 @@ class ConfigMapStateStore:
             data={KEY: text},
         )
         try:
-            self._api.replace_namespaced_config_map(self.name, self.namespace, body, **TIMEOUT)
+            self._api.replace_namespaced_config_map(self.name, self.namespace, body, _request_timeout=TIMEOUT_S)
         except ApiException as e:
             if e.status != 404:
                 raise OSError(f"{self.describe()}: HTTP {e.status} {e.reason}") from None
             try:
-                self._api.create_namespaced_config_map(self.namespace, body, **TIMEOUT)
+                self._api.create_namespaced_config_map(self.namespace, body, _request_timeout=TIMEOUT_S)
             except ApiException as e2:
                 raise OSError(f"{self.describe()}: HTTP {e2.status} {e2.reason}") from None
             except HTTPError as e2:
