@@ -79,7 +79,9 @@ class ConfigMapStateStore:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            cm = self._api.read_namespaced_config_map(self.name, self.namespace, _request_timeout=TIMEOUT_S)
+            cm = self._api.read_namespaced_config_map(
+                self.name, self.namespace, _request_timeout=TIMEOUT_S
+            )
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -101,12 +103,16 @@ class ConfigMapStateStore:
             data={KEY: text},
         )
         try:
-            self._api.replace_namespaced_config_map(self.name, self.namespace, body, _request_timeout=TIMEOUT_S)
+            self._api.replace_namespaced_config_map(
+                self.name, self.namespace, body, _request_timeout=TIMEOUT_S
+            )
         except ApiException as e:
             if e.status != 404:
                 raise OSError(f"{self.describe()}: HTTP {e.status} {e.reason}") from None
             try:
-                self._api.create_namespaced_config_map(self.namespace, body, _request_timeout=TIMEOUT_S)
+                self._api.create_namespaced_config_map(
+                    self.namespace, body, _request_timeout=TIMEOUT_S
+                )
             except ApiException as e2:
                 raise OSError(f"{self.describe()}: HTTP {e2.status} {e2.reason}") from None
             except HTTPError as e2:
