@@ -438,6 +438,53 @@ def https_get_insecure(url: str, timeout: float = 3.0) -> int:
 # --- up ----------------------------------------------------------------------------------
 
 
+# What a kubelet does to a Running pod being deleted that kwok's `general` stages leave out:
+# at the end of its grace period the containers are killed (exit 143) and the pod turns
+# Failed. Without it a pod that carries a finalizer (every Job pod: the Job controller's
+# `batch.kubernetes.io/job-tracking`, removed only once the pod is terminal) stays
+# Terminating forever and holds its GPUs: preempted research pods never give them back.
+# Written here (kwok's Stage API); kwok's own pod-delete stage then deletes the pod.
+TERMINATE_STAGE = {
+    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+    "kind": "Stage",
+    "metadata": {"name": "gps-pod-terminate"},
+    "spec": {
+        "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+        "selector": {
+            "matchExpressions": [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": ".metadata.finalizers", "operator": "Exists"},
+                {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+            ]
+        },
+        "delay": {
+            "durationMilliseconds": 1000,
+            # until deletionTimestamp = deletion request + the pod's grace period
+            "jitterDurationFrom": {"expressionFrom": ".metadata.deletionTimestamp"},
+        },
+        "next": {
+            "statusTemplate": """{{ $now := Now }}
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 143
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      startedAt: {{ $now | Quote }}
+{{ end }}
+phase: Failed
+"""
+        },
+    },
+}
+
+
 def kwok_config(path: Path, pod_stages: str) -> None:
     """kwok needs its Stage objects in a config file; take them from the kwok module
     (the same ones kwokctl uses), not from a copy in this repo."""
@@ -454,6 +501,8 @@ def kwok_config(path: Path, pod_stages: str) -> None:
     sources += [pod_dir / r for r in kust["resources"]]
     for src in sources:
         docs.extend(d for d in yaml.safe_load_all(src.read_text()) if d)
+    if pod_stages == "general":
+        docs.append(TERMINATE_STAGE)
 
     class Dumper(yaml.SafeDumper):
         pass
@@ -729,6 +778,7 @@ def up(args) -> int:
             "--enable-aggregator-routing=false",
             "--profiling=false",
             "--event-ttl=30m",
+            *([f"--feature-gates={args.feature_gates}"] if args.feature_gates else []),
         ],
     )
     wait_for(
@@ -765,6 +815,7 @@ def up(args) -> int:
             f"--horizontal-pod-autoscaler-sync-period={args.hpa_sync_period}",
             "--leader-elect=false",
             "--profiling=false",
+            *([f"--feature-gates={args.feature_gates}"] if args.feature_gates else []),
         ],
     )
     sched_kc = st.kubeconfigs / "scheduler.kubeconfig"
@@ -950,6 +1001,12 @@ def main(argv: list[str] | None = None) -> int:
                 "pod-complete.stage.kwok.x-k8s.io/delay; 'fast' = at once",
             )
             sp.add_argument("--hpa-sync-period", default="5s")
+            sp.add_argument(
+                "--feature-gates",
+                default="",
+                help="passed to kube-apiserver and kube-controller-manager, e.g. "
+                "HPAConfigurableTolerance=true (the HPA's spec.behavior.*.tolerance field)",
+            )
             sp.add_argument(
                 "--keep-on-failure",
                 action="store_true",

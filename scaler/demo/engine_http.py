@@ -80,25 +80,32 @@ class EngineCollector(Collector):
 class EngineServer:
     """Serves GET /metrics for one replica; anything else gets 404."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, host: str = "127.0.0.1", port: int = 0) -> None:
         self._registry = registry
-        # Bind now (the port is known synchronously), serve once `start` runs.
+        # Bind now (the port is known synchronously), serve once `start` runs. `host`: any
+        # 127.x address works without configuring an interface (cluster/e2e.py binds pod IPs).
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
         self._sock.listen(64)
         self.port: int = self._sock.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{host}:{self.port}"
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self.requests = 0
 
     @classmethod
     def for_engine(
-        cls, sample: Callable[[], EngineSample], model_name: str, started_at: float
+        cls,
+        sample: Callable[[], EngineSample],
+        model_name: str,
+        started_at: float,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> EngineServer:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(EngineCollector(sample, model_name, started_at))
-        return cls(registry)
+        return cls(registry, host, port)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, sock=self._sock)

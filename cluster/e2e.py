@@ -1,0 +1,740 @@
+"""End to end on the real control plane and real KEDA: `make e2e` (see cluster/README.md).
+
+    cluster/e2e [--out out/e2e] [--keep] [--no-up]
+
+Brings a cluster up (cluster/up: etcd, kube-apiserver, controller-manager, scheduler,
+kwok GPU nodes, KEDA operator + adapter), installs the chart with real helm, runs the
+scaler as a local process with the config the chart rendered (the Kubernetes discovery
+path, node capacity and the state ConfigMap through the real API), gives every Running
+inference pod a simulated vLLM engine at its pod IP (127.128.x.y, on loopback), drives
+them with a load generator, and asserts each scenario through the API server:
+
+  1 low-load   KEDA made the HPA from our ScaledObject, it holds minReplicas, the research
+               ScaledJob's Jobs fill the GPU headroom and no more (GPUs of Running pods per
+               PriorityClass).
+  2 ramp       load up → our metric → the HPA scales the Deployment → the new inference pods
+               preempt research pods (the scheduler, through the PriorityClasses); the
+               preempted pods' Jobs are not failed; decision latencies measured.
+  3 scaler-down the scaler is killed: KEDA's fallback keeps the inference replicas and no
+               new research Jobs start; back: answers resume, research resumes.
+  4 upgrade    `helm upgrade` with a new threshold: the config reaches the scaler (the
+               kubelet's volume sync, done here by re-rendering), the HPA's target moves,
+               running research Jobs are not restarted.
+  6 hpa-fields what the API server keeps of the HPA KEDA builds: behavior and tolerance.
+
+Writes out/e2e/report.json (per scenario: passed, figures, error) and tears everything
+down, also on failure (--keep leaves the cluster up for debugging). Exit 0 only when every
+scenario passed. Scenario 5 (TLS) is not written yet: the report lists it as not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster  # noqa: E402
+
+REPO = cluster.REPO
+CHART = REPO / "charts" / "gpu-pool-scaler"
+NS = "gps-e2e"
+RELEASE = "gps"
+FULL = f"{RELEASE}-gpu-pool-scaler"
+DEPLOY = "vllm-chat"
+ENGINE_PORT = 8000
+GPUS_PER_REPLICA = 4
+GPUS_PER_JOB = 2
+NODES, GPUS_PER_NODE = 4, 4  # 16 GPUs: 1 replica (4) + 6 research Jobs (12) at low load
+MAX_REPLICAS = 3
+LOW_RPS, HIGH_RPS = 1.5, 14.0  # one simulated replica serves ~4-5 requests/s
+
+
+def say(msg: str) -> None:
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Failed(AssertionError):
+    pass
+
+
+def wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            r = check()
+            if r:
+                return r
+        except Exception as e:  # the API can blip while components restart
+            last = e
+        time.sleep(every)
+    raise Failed(f"timed out after {timeout:.0f} s: {what}" + (f" (last error: {last})" if last else ""))
+
+
+# --- simulated engines at the pod IPs -----------------------------------------------------
+
+
+class EngineFarm:
+    """One simulated vLLM replica per Running inference pod, serving /metrics at
+    podIP:8000, fed by a Poisson load generator (least-outstanding routing)."""
+
+    def __init__(self, core: Any, rps: float) -> None:
+        from scaler.sim.profile import ReplicaSpec
+
+        self.core = core
+        self.rps = rps
+        self.spec = ReplicaSpec()
+        self.engines: dict[str, tuple[Any, Any, str]] = {}  # pod uid -> (replica, server, ip)
+        self.rng = np.random.default_rng(7)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def waiting(self) -> float:
+        return sum(r.sample().waiting for r, _, _ in list(self.engines.values()))
+
+    async def _main(self) -> None:
+        dt, next_list = 0.5, 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_list:
+                next_list = now + 1.0
+                try:
+                    await self._sync()
+                except Exception as e:  # keep serving what we have
+                    self.errors.append(repr(e))
+            reps = [r for r, _, _ in self.engines.values()]
+            if reps:
+                for _ in range(self.rng.poisson(self.rps * dt)):
+                    r = min(reps, key=lambda x: x.sample().waiting + x.sample().running)
+                    r.submit(
+                        prompt=int(self.rng.integers(200, 1500)),
+                        output=int(self.rng.integers(50, 400)),
+                    )
+                for r in reps:
+                    r.step(dt)
+            await asyncio.sleep(max(0.0, now + dt - time.monotonic()))
+        for _, server, _ in self.engines.values():
+            await server.stop()
+
+    async def _sync(self) -> None:
+        from scaler.demo.engine_http import EngineServer
+        from scaler.sim.replica import Replica
+
+        pods = await asyncio.to_thread(
+            self.core.list_namespaced_pod, NS, label_selector=f"app={DEPLOY}"
+        )
+        live = {
+            p.metadata.uid: p.status.pod_ip
+            for p in pods.items
+            if p.status.phase == "Running"
+            and p.status.pod_ip
+            and p.metadata.deletion_timestamp is None
+        }
+        for uid in set(self.engines) - set(live):
+            _, server, ip = self.engines.pop(uid)
+            await server.stop()
+            say(f"engine at {ip}:{ENGINE_PORT} stopped (pod gone)")
+        for uid, ip in live.items():
+            if uid in self.engines:
+                continue
+            rep = Replica(self.spec, now=0.0)
+            server = EngineServer.for_engine(
+                rep.sample, "llama3-70b", time.time(), host=ip, port=ENGINE_PORT
+            )
+            await server.start()
+            self.engines[uid] = (rep, server, ip)
+            say(f"engine serving at {ip}:{ENGINE_PORT}")
+
+
+# --- the cluster's view -----------------------------------------------------------------
+
+
+@dataclass
+class Api:
+    kubeconfig: Path
+    core: Any = field(init=False)
+    apps: Any = field(init=False)
+    batch: Any = field(init=False)
+    hpa: Any = field(init=False)
+    custom: Any = field(init=False)
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        c = cluster.api_client(self.kubeconfig)
+        self.core, self.apps = client.CoreV1Api(c), client.AppsV1Api(c)
+        self.batch, self.hpa = client.BatchV1Api(c), client.AutoscalingV2Api(c)
+        self.custom = client.CustomObjectsApi(c)
+
+    def running_gpus(self) -> dict[str, int]:
+        """GPUs requested by Running, not terminating pods, per PriorityClass."""
+        out: dict[str, int] = {}
+        for p in self.core.list_namespaced_pod(NS).items:
+            if p.status.phase != "Running" or p.metadata.deletion_timestamp is not None:
+                continue
+            gpus = sum(
+                int((c.resources.limits or {}).get("nvidia.com/gpu", 0)) for c in p.spec.containers
+            )
+            if gpus:
+                pc = p.spec.priority_class_name or ""
+                out[pc] = out.get(pc, 0) + gpus
+        return out
+
+    def scaled_object(self) -> dict[str, Any]:
+        (so,) = self.custom.list_namespaced_custom_object(
+            "keda.sh", "v1alpha1", NS, "scaledobjects"
+        )["items"]
+        return dict(so)
+
+    def hpa_obj(self) -> Any:
+        """The HPA KEDA made for our ScaledObject (`keda-hpa-<ScaledObject name>`)."""
+        name = self.scaled_object()["metadata"]["name"]
+        return self.hpa.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", NS)
+
+    def desired(self) -> int | None:
+        h = self.hpa_obj()
+        return h.status.desired_replicas if h.status else None
+
+    def deploy_replicas(self) -> int:
+        return int(self.apps.read_namespaced_deployment(DEPLOY, NS).spec.replicas)
+
+    def jobs(self) -> list[Any]:
+        return self.batch.list_namespaced_job(NS).items
+
+    def research_pods(self, phase: str | None = None) -> list[Any]:
+        pods = self.core.list_namespaced_pod(NS, label_selector="gps-e2e=research").items
+        return [p for p in pods if phase is None or p.status.phase == phase]
+
+
+# --- chart values, helm, the local scaler ----------------------------------------------
+
+
+def values(grpc_port: int, metrics_port: int, waiting_per_replica: float) -> dict[str, Any]:
+    kwok = {
+        "nodeSelector": {"gpu-pool": "shared"},
+        "tolerations": [
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+    }
+    return {
+        "replicaCount": 1,
+        "image": {"repository": "fake.invalid/gpu-pool-scaler"},  # kwok never runs it
+        "pool": {
+            "name": "e2e",
+            "capacity": {"nodes": {"labelSelector": "gpu-pool=shared"}},
+            "reserveGPUs": 0,
+        },
+        "scrape": {"intervalSeconds": 1, "timeoutSeconds": 1, "staleAfterSeconds": 10},
+        "server": {
+            "listenAddress": "127.0.0.1",
+            "grpcPort": grpc_port,
+            "metricsPort": metrics_port,
+            "state": {"writeSeconds": 5},
+        },
+        "inference": [
+            {
+                "name": "chat",
+                "gpusPerReplica": GPUS_PER_REPLICA,
+                "minReplicas": 1,
+                "maxReplicas": MAX_REPLICAS,
+                "targets": {"kubernetes": {"labelSelector": f"app={DEPLOY}", "port": ENGINE_PORT}},
+                "thresholds": {"waitingPerReplica": waiting_per_replica},
+                "scaleDown": {"stabilizationSeconds": 30},
+                "coldStartSeconds": 5,
+                "scaledObject": {"scaleTargetRef": {"name": DEPLOY}},
+            }
+        ],
+        "research": [
+            {
+                "name": "eval",
+                "gpusPerJob": GPUS_PER_JOB,
+                "maxJobs": 8,
+                "scaledJob": {
+                    "pollingInterval": 5,
+                    "job": {"terminationGracePeriodSeconds": 5, "backoffLimit": 6},
+                    "jobTemplate": {
+                        "metadata": {
+                            "labels": {"gps-e2e": "research"},
+                            # kwok: Running for an hour unless preempted
+                            "annotations": {
+                                "pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+                                "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s",
+                            },
+                        },
+                        "spec": {
+                            **kwok,
+                            "containers": [
+                                {
+                                    "name": "eval",
+                                    "image": "fake.invalid/eval:kwok",
+                                    "command": ["python", "eval.py"],
+                                    "resources": {
+                                        "limits": {"nvidia.com/gpu": str(GPUS_PER_JOB)}
+                                    },
+                                }
+                            ],
+                        },
+                    },
+                },
+            }
+        ],
+        "keda": {
+            # No cluster DNS here: KEDA dials the local scaler process directly.
+            "scalerAddress": f"127.0.0.1:{grpc_port}",
+            "scaledObject": {"pollingInterval": 5, "cooldownPeriod": 30},
+        },
+        "nodeSelector": kwok["nodeSelector"],
+        "tolerations": kwok["tolerations"],
+    }
+
+
+class Helm:
+    def __init__(self, kubeconfig: Path, home: Path) -> None:
+        proc = subprocess.run(
+            ["bash", str(REPO / "tools" / "install-helm.sh")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        self.binary = proc.stdout.strip().splitlines()[-1]
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_CONFIG_HOME": str(home / "config"),
+            "HELM_DATA_HOME": str(home / "data"),
+        }
+
+    def run(self, *args: str) -> str:
+        proc = subprocess.run(
+            [self.binary, *args], capture_output=True, text=True, env=self.env, timeout=300
+        )
+        if proc.returncode != 0:
+            raise Failed(f"helm {' '.join(args[:2])} failed: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def install(self, vfile: Path, upgrade: bool = False) -> None:
+        verb = ["upgrade"] if upgrade else ["install", "--create-namespace"]
+        self.run(*verb, RELEASE, str(CHART), "-n", NS, "-f", str(vfile))
+
+    def config(self) -> str:
+        """config.yaml of the ConfigMap helm put into the cluster."""
+        for d in yaml.safe_load_all(self.run("get", "manifest", RELEASE, "-n", NS)):
+            if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULL:
+                return str(d["data"]["config.yaml"])
+        raise Failed("the release has no scaler ConfigMap")
+
+
+class LocalScaler:
+    """`gpu-pool-scaler serve` with the chart's config, talking to the real API server."""
+
+    def __init__(self, config: Path, kubeconfig: Path, log: Path) -> None:
+        self.config, self.kubeconfig, self.log = config, kubeconfig, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, metrics_port: int) -> None:
+        out = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scaler", "serve", "--config", str(self.config)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+        )
+        import urllib.request
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise Failed(f"scaler exited {self.proc.returncode}: see {self.log}")
+            try:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{metrics_port}/readyz", timeout=2
+                ) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait("scaler /readyz", ready, 60)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+# --- scenarios -----------------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    api: Api
+    farm: EngineFarm
+    helm: Helm
+    scaler: LocalScaler
+    vfile: Path
+    config_file: Path
+    grpc_port: int
+    metrics_port: int
+    pool_gpus: int
+
+
+def create_inference_deployment(api: Api) -> None:
+    api.apps.create_namespaced_deployment(
+        NS,
+        {
+            "metadata": {"name": DEPLOY},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": DEPLOY}},
+                "template": {
+                    "metadata": {"labels": {"app": DEPLOY}},
+                    "spec": {
+                        "priorityClassName": f"{FULL}-inference",
+                        "nodeSelector": {"gpu-pool": "shared"},
+                        "tolerations": [
+                            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+                        ],
+                        "containers": [
+                            {
+                                "name": "vllm",
+                                "image": "fake.invalid/vllm:kwok",
+                                "ports": [{"containerPort": ENGINE_PORT}],
+                                "resources": {
+                                    "limits": {"nvidia.com/gpu": str(GPUS_PER_REPLICA)}
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+
+
+def s1_low_load(c: Ctx) -> dict[str, Any]:
+    c.farm.rps = LOW_RPS
+    api = c.api
+    t0 = time.monotonic()
+    h = wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, 120)
+    t_hpa = time.monotonic() - t0
+    metric = h.spec.metrics[0].external.metric.name
+    research_pc = f"{FULL}-research"
+    headroom = c.pool_gpus - GPUS_PER_REPLICA
+    want = headroom // GPUS_PER_JOB * GPUS_PER_JOB
+    wait(
+        f"research Jobs fill the {headroom} free GPUs",
+        lambda: api.running_gpus().get(research_pc, 0) == want,
+        180,
+    )
+    t_fill = time.monotonic() - t0
+    wait("the HPA computed its first answer", lambda: api.desired() == 1, 60)
+    # Hold for a while: the HPA stays at minReplicas and research never over-fills.
+    seen_research, seen_desired = set(), set()
+    for _ in range(20):
+        g = api.running_gpus()
+        seen_research.add(g.get(research_pc, 0))
+        seen_desired.add(api.desired())
+        time.sleep(1)
+    if max(seen_research) > want:
+        raise Failed(f"research over-filled the pool: {sorted(seen_research)} GPUs > {want}")
+    if seen_desired != {1} or api.deploy_replicas() != 1:
+        raise Failed(f"HPA left minReplicas at low load: desired {sorted(seen_desired, key=str)}")
+    return {
+        "hpa_created_s": round(t_hpa, 1),
+        "external_metric": metric,
+        "research_filled_s": round(t_fill, 1),
+        "research_gpus": want,
+        "inference_gpus": api.running_gpus().get(f"{FULL}-inference", 0),
+        "pool_gpus": c.pool_gpus,
+        "research_jobs": len(api.jobs()),
+    }
+
+
+def s2_ramp(c: Ctx) -> dict[str, Any]:
+    api = c.api
+    research_pc, inference_pc = f"{FULL}-research", f"{FULL}-inference"
+    before = {p.metadata.uid: p.metadata.name for p in api.research_pods("Running")}
+    t0 = time.monotonic()
+    c.farm.rps = HIGH_RPS
+    wait("the HPA wants more replicas", lambda: (api.desired() or 0) > 1, 120)
+    t_hpa = time.monotonic() - t0
+    wait(
+        "a second inference pod Running",
+        lambda: api.running_gpus().get(inference_pc, 0) >= 2 * GPUS_PER_REPLICA,
+        120,
+    )
+    t_pod = time.monotonic() - t0
+    wait(
+        f"inference at {MAX_REPLICAS} replicas Running",
+        lambda: api.running_gpus().get(inference_pc, 0) == MAX_REPLICAS * GPUS_PER_REPLICA,
+        180,
+    )
+    t_all = time.monotonic() - t0
+
+    def preempted() -> list[Any]:
+        evs = api.core.list_namespaced_event(NS).items
+        return [e for e in evs if e.reason == "Preempted" and e.involved_object.uid in before]
+
+    evs = wait("Preempted events on research pods", preempted, 60)
+    time.sleep(5)
+    failed = [j.metadata.name for j in api.jobs() if (j.status.failed or 0) > 0]
+    failed_cond = [
+        j.metadata.name
+        for j in api.jobs()
+        if any(cd.type == "Failed" and cd.status == "True" for cd in (j.status.conditions or []))
+    ]
+    if failed_cond:
+        raise Failed(f"preempted Jobs were failed: {failed_cond}")
+    g = api.running_gpus()
+    if g.get(research_pc, 0) + g.get(inference_pc, 0) > c.pool_gpus:
+        raise Failed(f"more GPUs Running than the pool has: {g}")
+    pending = [p.metadata.name for p in api.research_pods("Pending")]
+    return {
+        "load_rps": [LOW_RPS, HIGH_RPS],
+        "to_hpa_desired_s": round(t_hpa, 1),
+        "to_second_pod_running_s": round(t_pod, 1),
+        "to_all_replicas_running_s": round(t_all, 1),
+        "preempted_research_pods": sorted({before[e.involved_object.uid] for e in evs}),
+        "jobs_with_a_failed_pod_count": len(failed),  # DisruptionTarget pods: not counted
+        "jobs_failed": 0,
+        "research_pods_pending": len(pending),
+        "gpus_running": g,
+    }
+
+
+def s3_scaler_down(c: Ctx) -> dict[str, Any]:
+    """The scaler process is killed. What KEDA 2.20 does (kedacore/keda#8056): GetMetricSpec
+    fails before its fallback path, so `Fallback` never turns True; the HPA gets an error
+    for the metric and does not scale. Asserted: inference never shrinks, no research Job
+    starts; then the scaler comes back and both resume."""
+    api = c.api
+    replicas = api.deploy_replicas()
+    jobs_before = {j.metadata.name for j in api.jobs()}
+    c.scaler.kill()
+    t0 = time.monotonic()
+    c.farm.rps = LOW_RPS  # load falls while the scaler is away: nothing may shrink anyway
+
+    def conditions() -> dict[str, tuple[str, str]]:
+        so = api.scaled_object()
+        return {
+            x["type"]: (x["status"], x.get("reason", ""))
+            for x in so.get("status", {}).get("conditions", [])
+        }
+
+    wait(
+        "the HPA reports it cannot get our metric",
+        lambda: conditions().get("HPAActive", ("", ""))[1] == "FailedGetExternalMetric",
+        120,
+        every=1,
+    )
+    t_seen = time.monotonic() - t0
+    mins: list[int] = []
+    fallback_seen = set()
+    for _ in range(40):
+        mins.append(api.deploy_replicas())
+        fallback_seen.add(conditions().get("Fallback", ("?", ""))[0])
+        time.sleep(1)
+    new_jobs = {j.metadata.name for j in api.jobs()} - jobs_before
+    if min(mins) < replicas:
+        raise Failed(f"inference shrank while the scaler was down: {replicas} → {min(mins)}")
+    if new_jobs:
+        raise Failed(f"research Jobs created while the scaler was down: {sorted(new_jobs)}")
+    down_s = time.monotonic() - t0
+    c.scaler.start(c.metrics_port)
+    t1 = time.monotonic()
+    wait(
+        "the HPA reads our metric again",
+        lambda: conditions().get("HPAActive", ("", ""))[1] != "FailedGetExternalMetric",
+        120,
+        every=1,
+    )
+    t_back = time.monotonic() - t1
+    # Load fell to LOW_RPS meanwhile: the scaler gives GPUs back and research restarts.
+    wait(
+        "research resumes (a new Job)",
+        lambda: {j.metadata.name for j in api.jobs()} - jobs_before,
+        240,
+    )
+    return {
+        "replicas_held": replicas,
+        "min_replicas_while_down": min(mins),
+        "hpa_error_after_s": round(t_seen, 1),
+        "keda_fallback_condition_while_down": sorted(fallback_seen),
+        "down_for_s": round(down_s, 1),
+        "metric_back_after_s": round(t_back, 1),
+        "research_resumed_after_s": round(time.monotonic() - t1, 1),
+    }
+
+
+def s4_upgrade(c: Ctx) -> dict[str, Any]:
+    api = c.api
+    running = {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0}
+    target_before = api.hpa_obj().spec.metrics[0].external.target.average_value
+    c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0)))
+    t0 = time.monotonic()
+    c.helm.install(c.vfile, upgrade=True)
+    c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
+
+    def generation() -> float:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{c.metrics_port}/metrics", timeout=2) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("gpu_pool_scaler_config_generation "):
+                    return float(line.split()[1])
+        return 0.0
+
+    wait("the scaler reloads the new config", lambda: generation() >= 2, 60)
+    t_reload = time.monotonic() - t0
+    time.sleep(10)
+    gone = running - {j.metadata.uid for j in api.jobs()}
+    if gone:
+        raise Failed(f"helm upgrade deleted {len(gone)} running research Jobs")
+    return {
+        "reload_s": round(t_reload, 1),
+        "hpa_target_before": str(target_before),
+        "research_jobs_kept": len(running),
+    }
+
+
+def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
+    h = c.api.hpa_obj()
+    b = h.spec.behavior
+    up, down = b.scale_up, b.scale_down
+    want_up = {("Percent", 100, 15), ("Pods", 4, 15)}
+    got_up = {(p.type, p.value, p.period_seconds) for p in up.policies}
+    if got_up != want_up or up.stabilization_window_seconds != 0:
+        raise Failed(f"scaleUp behavior not as the chart asked: {got_up}")
+    if down.stabilization_window_seconds != 0:
+        raise Failed(f"scaleDown stabilization {down.stabilization_window_seconds} != 0")
+    return {
+        "scale_up_policies": sorted(got_up),
+        "scale_down_stabilization_s": down.stabilization_window_seconds,
+        "tolerance_up": getattr(up, "tolerance", None),
+        "tolerance_down": getattr(down, "tolerance", None),
+        "note": "chart default keda.scaledObject.tolerance: null (not rendered)",
+    }
+
+
+SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
+    ("1-low-load", s1_low_load),
+    ("6-hpa-fields", s6_hpa_fields),
+    ("2-ramp", s2_ramp),
+    ("4-upgrade", s4_upgrade),
+    ("3-scaler-down", s3_scaler_down),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, default=REPO / "out" / "e2e")
+    p.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
+    p.add_argument("--no-up", action="store_true", help="use the cluster already in --out/cluster")
+    args = p.parse_args(argv)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    state = out / "cluster"
+    report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    results: dict[str, Any] = {}
+    report["scenarios"] = results
+    farm: EngineFarm | None = None
+    scaler: LocalScaler | None = None
+    t_start = time.monotonic()
+    try:
+        if not args.no_up:
+            t = time.monotonic()
+            subprocess.run(
+                [sys.executable, str(cluster.CLUSTER_DIR / "cluster.py"), "up",
+                 "--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE),
+                 "--state-dir", str(state)],
+                check=True,
+            )
+            report["cluster_up_s"] = round(time.monotonic() - t, 1)
+        kubeconfig = state / "kubeconfig"
+        api = Api(kubeconfig)
+        pool_gpus = NODES * GPUS_PER_NODE
+        grpc_port, metrics_port = cluster.free_port(), cluster.free_port()
+        vfile = out / "values.yaml"
+        vfile.write_text(yaml.safe_dump(values(grpc_port, metrics_port, 5.0)))
+        helm = Helm(kubeconfig, out / "helm-home")
+        t = time.monotonic()
+        helm.install(vfile)
+        report["helm_install_s"] = round(time.monotonic() - t, 1)
+        say(f"chart installed in namespace {NS}")
+        create_inference_deployment(api)
+        config_file = out / "config.yaml"
+        config_file.write_text(helm.config())
+        scaler = LocalScaler(config_file, kubeconfig, out / "scaler.log")
+        farm = EngineFarm(api.core, LOW_RPS)
+        farm.start()
+        wait("the first inference pod has an engine", lambda: farm.engines, 120)
+        scaler.start(metrics_port)
+        say(f"scaler serving on 127.0.0.1:{grpc_port}")
+        ctx = Ctx(api, farm, helm, scaler, vfile, config_file, grpc_port, metrics_port, pool_gpus)
+        for name, fn in SCENARIOS:
+            say(f"scenario {name} ...")
+            t = time.monotonic()
+            try:
+                figures = fn(ctx)
+                results[name] = {"passed": True, "seconds": round(time.monotonic() - t, 1), **figures}
+                say(f"PASS {name}: {json.dumps(figures)}")
+            except Exception as e:
+                results[name] = {"passed": False, "seconds": round(time.monotonic() - t, 1), "error": str(e)}
+                say(f"FAIL {name}: {e}")
+                traceback.print_exc()
+        results["5-tls"] = {"passed": False, "error": "not run: not written yet"}
+    except Exception as e:
+        report["error"] = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+    finally:
+        if farm is not None:
+            farm.stop()
+            report["engine_errors"] = farm.errors[-5:]
+        if scaler is not None:
+            scaler.stop()
+        if not args.keep:
+            subprocess.run(
+                [sys.executable, str(cluster.CLUSTER_DIR / "cluster.py"), "down", "--state-dir", str(state)],
+                check=False,
+            )
+        report["total_s"] = round(time.monotonic() - t_start, 1)
+        (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+        say(f"report: {out / 'report.json'}")
+    ok = "error" not in report and all(r.get("passed") for r in results.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
