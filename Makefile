@@ -17,6 +17,7 @@ help:
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 	@echo "make cluster - real etcd/kube-apiserver/controller-manager/scheduler + KEDA, kwok GPU nodes"
 	@echo "make cluster-down - stop it"
+	@echo "make e2e    - scenarios on a fresh real cluster + KEDA + the chart (out/e2e/report.json)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -5,7 +5,7 @@ GPUS_PER_NODE ?= 4
 CLUSTER_STATE ?= out/cluster
 CLUSTER_UP_ARGS ?=
 
-.PHONY: cluster cluster-build cluster-down cluster-status cluster-smoke
+.PHONY: cluster cluster-build cluster-down cluster-status cluster-smoke e2e
 
 cluster-build:
 	cluster/build.sh
@@ -21,3 +21,10 @@ cluster-status:
 
 cluster-smoke:
 	cluster/smoke --state-dir $(CLUSTER_STATE)
+
+# End to end: a fresh cluster, the chart via real helm, the scaler with the chart's config,
+# simulated engines at the pod IPs; scenarios asserted through the API server; report in
+# out/e2e/report.json; always torn down (E2E_ARGS=--keep to leave it up).
+E2E_ARGS ?=
+e2e: venv cluster-build
+	.venv/bin/python cluster/e2e.py $(E2E_ARGS)
