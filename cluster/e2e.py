@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -234,14 +235,57 @@ class Api:
 # --- chart values, helm, the local scaler ----------------------------------------------
 
 
-def values(grpc_port: int, metrics_port: int, waiting_per_replica: float) -> dict[str, Any]:
+def values(
+    grpc_port: int, metrics_port: int, waiting_per_replica: float, redis_port: int | None = None
+) -> dict[str, Any]:
+    """The chart values of the run; with `redis_port` the research class is `train`, fed by
+    the work queue on that Redis (scenario 7) instead of `eval`."""
     kwok = {
         "nodeSelector": {"gpu-pool": "shared"},
         "tolerations": [
             {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
         ],
     }
+    research = {
+        "name": "eval",
+        "gpusPerJob": GPUS_PER_JOB,
+        "maxJobs": 8,
+        "scaledJob": {
+            "pollingInterval": 5,
+            "job": {"terminationGracePeriodSeconds": 5, "backoffLimit": 6},
+            "jobTemplate": {
+                "metadata": {
+                    "labels": {"gps-e2e": "research"},
+                    # kwok: Running for an hour unless preempted
+                    "annotations": {
+                        "pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+                        "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s",
+                    },
+                },
+                "spec": {
+                    **kwok,
+                    "containers": [
+                        {
+                            "name": "eval",
+                            "image": "fake.invalid/eval:kwok",
+                            "command": ["python", "eval.py"],
+                            "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_JOB)}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    queue: dict[str, Any] = {}
+    if redis_port is not None:
+        research = {**research, "name": "train", "queue": {"enabled": True}}
+        queue = {
+            "researchQueue": {
+                "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"}
+            }
+        }
     return {
+        **queue,
         "replicaCount": 1,
         "image": {"repository": "fake.invalid/gpu-pool-scaler"},  # kwok never runs it
         "pool": {
@@ -269,38 +313,7 @@ def values(grpc_port: int, metrics_port: int, waiting_per_replica: float) -> dic
                 "scaledObject": {"scaleTargetRef": {"name": DEPLOY}},
             }
         ],
-        "research": [
-            {
-                "name": "eval",
-                "gpusPerJob": GPUS_PER_JOB,
-                "maxJobs": 8,
-                "scaledJob": {
-                    "pollingInterval": 5,
-                    "job": {"terminationGracePeriodSeconds": 5, "backoffLimit": 6},
-                    "jobTemplate": {
-                        "metadata": {
-                            "labels": {"gps-e2e": "research"},
-                            # kwok: Running for an hour unless preempted
-                            "annotations": {
-                                "pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
-                                "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s",
-                            },
-                        },
-                        "spec": {
-                            **kwok,
-                            "containers": [
-                                {
-                                    "name": "eval",
-                                    "image": "fake.invalid/eval:kwok",
-                                    "command": ["python", "eval.py"],
-                                    "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_JOB)}},
-                                }
-                            ],
-                        },
-                    },
-                },
-            }
-        ],
+        "research": [research],
         "keda": {
             # No cluster DNS here: KEDA dials the local scaler process directly.
             "scalerAddress": f"127.0.0.1:{grpc_port}",
@@ -413,6 +426,7 @@ class Ctx:
     grpc_port: int
     metrics_port: int
     pool_gpus: int
+    cleanup: list[Callable[[], object]] = field(default_factory=list)
 
 
 def create_inference_deployment(api: Api) -> None:
@@ -670,12 +684,97 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
     }
 
 
+def s7_queue(c: Ctx) -> dict[str, Any]:
+    """A queued class on the real KEDA: `helm upgrade` swaps class eval for class train fed
+    by the work queue (KEDA's redis trigger + ours, `min`); items are submitted with the
+    real WorkQueue; KEDA must run min(queued items, the scaler's slots) Jobs. (kwok runs no
+    container, so gpu-pool-worker itself does not run here: tests/test_research_* and
+    tests/test_chart.py run it against the real scaler and Redis.)"""
+    from scaler.research.queue import WorkQueue
+    from scaler.research.redisconn import connect
+
+    api = c.api
+    password = "e2e-Redis-pw1"
+    port = cluster.free_port()
+    redis_dir = c.vfile.parent / "redis"
+    redis_dir.mkdir(exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--requirepass",
+            password,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(redis_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    c.cleanup.append(proc.terminate)
+    client = connect(f"redis://:{password}@127.0.0.1:{port}/0")
+    wait("redis-server answers", client.ping, 20)
+    q = WorkQueue(client)
+    q.update_classes(add=["train"])
+    api.core.create_namespaced_secret(
+        NS, {"metadata": {"name": "research-redis"}, "stringData": {"password": password}}
+    )
+    c.farm.rps = LOW_RPS
+    wait("inference back at 1 replica", lambda: api.deploy_replicas() == 1, 240)
+    c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
+    c.helm.install(c.vfile, upgrade=True)
+    c.config_file.write_text(c.helm.config())
+    # The operator retires class eval: its Jobs go (KEDA never deletes Jobs itself).
+    for j in api.jobs():
+        if j.metadata.name.startswith(f"{FULL}-eval-"):
+            api.batch.delete_namespaced_job(j.metadata.name, NS, propagation_policy="Background")
+    slots = (c.pool_gpus - GPUS_PER_REPLICA) // GPUS_PER_JOB
+
+    def train_jobs() -> list[Any]:
+        return [j for j in api.jobs() if j.metadata.name.startswith(f"{FULL}-train-")]
+
+    time.sleep(15)
+    if train_jobs():
+        raise Failed(f"Jobs started for an empty queue: {len(train_jobs())}")
+    t0 = time.monotonic()
+    for n in range(3):
+        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
+    wait("3 Jobs for 3 queued items", lambda: len(train_jobs()) == 3, 120)
+    t_first = time.monotonic() - t0
+    for n in range(3, 3 + 2 * slots):
+        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
+    wait(
+        f"{slots} Jobs (the slots) for {3 + 2 * slots} items",
+        lambda: len(train_jobs()) == slots,
+        120,
+    )
+    time.sleep(20)  # and no more
+    n_jobs = len(train_jobs())
+    if n_jobs != slots:
+        raise Failed(f"{n_jobs} train Jobs for {slots} slots")
+    g = api.running_gpus().get(f"{FULL}-research", 0)
+    return {
+        "queued_items": 3 + 2 * slots,
+        "slots": slots,
+        "jobs": n_jobs,
+        "first_jobs_after_s": round(t_first, 1),
+        "research_gpus_running": g,
+        "keda_list": client.llen("gps:q:train"),
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("6-hpa-fields", s6_hpa_fields),
     ("2-ramp", s2_ramp),
     ("4-upgrade", s4_upgrade),
     ("3-scaler-down", s3_scaler_down),
+    ("7-queue", s7_queue),
 ]
 
 
@@ -695,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     report["scenarios"] = results
     farm: EngineFarm | None = None
     scaler: LocalScaler | None = None
+    cleanups: list[Callable[[], object]] = []
     t_start = time.monotonic()
     try:
         if not args.no_up:
@@ -735,6 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         scaler.start(metrics_port)
         say(f"scaler serving on 127.0.0.1:{grpc_port}")
         ctx = Ctx(api, farm, helm, scaler, vfile, config_file, grpc_port, metrics_port, pool_gpus)
+        cleanups = ctx.cleanup
         for name, fn in SCENARIOS:
             say(f"scenario {name} ...")
             t = time.monotonic()
@@ -764,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
             report["engine_errors"] = farm.errors[-5:]
         if scaler is not None:
             scaler.stop()
+        for fn in cleanups:
+            with contextlib.suppress(Exception):
+                fn()
         if not args.keep:
             subprocess.run(
                 [

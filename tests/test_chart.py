@@ -765,7 +765,10 @@ TOLERANCE_CASES = [
     ("default-unset-on-1.35", "1.35.0", None, "auto", None),
     ("auto-1.32-omitted", "1.32.0", "0", "auto", None),
     ("auto-1.33-set", "1.33.0", "0", "auto", "0"),
-    ("auto-1.35-set", "1.35.2", "0.05", "auto", "0.05"),
+    # Canonical Quantity, as KEDA's operator writes it back (else: helm upgrade conflicts).
+    ("auto-1.35-set", "1.35.2", "0.05", "auto", "50m"),
+    ("canonical-whole", "1.35.2", "1.000", "auto", "1"),
+    ("canonical-mixed", "1.35.2", "1.5", "auto", "1500m"),
     ("always-on-1.30", "1.30.0", "0", "always", "0"),
     ("never-on-1.35", "1.35.0", "0", "never", None),
 ]

@@ -327,3 +327,12 @@ enableTLS: "true"
 unsafeSsl: "true"
 {{- end }}
 {{- end }}
+
+{{/* A decimal (at most 3 places, schema-checked) as the API server's canonical Quantity:
+     "0.05" -> "50m", "1" -> "1", "0" -> "0". KEDA's operator writes ScaledObjects back in
+     canonical form; any other spelling makes it the owner of the field and the next
+     server-side-apply `helm upgrade` fails with a conflict (seen in cluster/e2e.py). */}}
+{{- define "gps.quantity" -}}
+{{- $milli := int (round (mulf (float64 (toString .)) 1000) 0) }}
+{{- if eq (mod $milli 1000) 0 }}{{ div $milli 1000 }}{{ else }}{{ $milli }}m{{ end }}
+{{- end }}
