@@ -24,7 +24,10 @@ them with a load generator, and asserts each scenario through the API server:
 
 Writes out/e2e/report.json (per scenario: passed, figures, error) and tears everything
 down, also on failure (--keep leaves the cluster up for debugging). Exit 0 only when every
-scenario passed. Scenario 5 (TLS) is not written yet: the report lists it as not run.
+scenario passed.
+
+  7 queue      a class fed by the work queue: KEDA runs min(queued items, slots) Jobs.
+  5 tls        mTLS between KEDA and the scaler with the chart's TLS values.
 """
 
 from __future__ import annotations
@@ -236,10 +239,15 @@ class Api:
 
 
 def values(
-    grpc_port: int, metrics_port: int, waiting_per_replica: float, redis_port: int | None = None
+    grpc_port: int,
+    metrics_port: int,
+    waiting_per_replica: float,
+    redis_port: int | None = None,
+    tls: bool = False,
 ) -> dict[str, Any]:
     """The chart values of the run; with `redis_port` the research class is `train`, fed by
-    the work queue on that Redis (scenario 7) instead of `eval`."""
+    the work queue on that Redis (scenario 7) instead of `eval`; `tls`: mTLS between KEDA
+    and the scaler (scenario 5)."""
     kwok = {
         "nodeSelector": {"gpu-pool": "shared"},
         "tolerations": [
@@ -284,7 +292,7 @@ def values(
                 "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"}
             }
         }
-    return {
+    out: dict[str, Any] = {
         **queue,
         "replicaCount": 1,
         "image": {"repository": "fake.invalid/gpu-pool-scaler"},  # kwok never runs it
@@ -328,6 +336,10 @@ def values(
         "nodeSelector": kwok["nodeSelector"],
         "tolerations": kwok["tolerations"],
     }
+    if tls:
+        out["server"]["tls"] = {"enabled": True, "secretName": "scaler-tls", "clientAuth": True}
+        out["keda"]["auth"] = {"enabled": True, "secretName": "keda-client"}
+    return out
 
 
 class Helm:
@@ -427,6 +439,7 @@ class Ctx:
     metrics_port: int
     pool_gpus: int
     cleanup: list[Callable[[], object]] = field(default_factory=list)
+    redis_port: int | None = None  # set by scenario 7
 
 
 def create_inference_deployment(api: Api) -> None:
@@ -726,6 +739,7 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     )
     c.farm.rps = LOW_RPS
     wait("inference back at 1 replica", lambda: api.deploy_replicas() == 1, 240)
+    c.redis_port = port
     c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
     c.helm.install(c.vfile, upgrade=True)
     c.config_file.write_text(c.helm.config())
@@ -768,6 +782,83 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     }
 
 
+def s5_tls(c: Ctx) -> dict[str, Any]:
+    """mTLS between KEDA and the scaler, with the chart's TLS values: `helm upgrade` to
+    server.tls (clientAuth) + keda.auth (TriggerAuthentication from a Secret), the scaler
+    restarted with the certificate files where the chart mounts them (TLS on/off is a
+    restart), then the HPA reads our metric again: KEDA connects over mTLS. A plaintext
+    client and a TLS client without a certificate are refused."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from tests.support.pki import make_pki
+
+    api = c.api
+    pki = make_pki("127.0.0.1")  # KEDA dials 127.0.0.1: the certificate's IP SAN
+    for name, data in (("scaler-tls", pki["scaler"]), ("keda-client", pki["keda"])):
+        api.core.create_namespaced_secret(
+            NS,
+            {
+                "metadata": {"name": name},
+                "type": "kubernetes.io/tls" if name == "scaler-tls" else "Opaque",
+                "stringData": {k: v.decode() for k, v in data.items()},
+            },
+        )
+    tls_dir = c.vfile.parent / "tls"
+    tls_dir.mkdir(exist_ok=True)
+    for k, v in pki["scaler"].items():  # what kubelet would mount from Secret scaler-tls
+        (tls_dir / k).write_bytes(v)
+    c.vfile.write_text(
+        yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, c.redis_port, tls=True))
+    )
+    c.helm.install(c.vfile, upgrade=True)
+    config = c.helm.config()
+    if "/var/run/gpu-pool-scaler/tls/" not in config:
+        raise Failed("the chart's config has no TLS file paths")
+    c.config_file.write_text(config.replace("/var/run/gpu-pool-scaler/tls/", f"{tls_dir}/"))
+    c.scaler.stop()
+    t0 = time.monotonic()
+    c.scaler.start(c.metrics_port)
+
+    def hpa_reads_metric() -> bool:
+        h = api.hpa_obj()
+        conds = {x.type: (x.status, x.reason) for x in (h.status.conditions or [])}
+        return conds.get("ScalingActive", ("", ""))[0] == "True" and bool(h.status.current_metrics)
+
+    # The ScaledObject changed (TriggerAuthentication): wait for KEDA to rebuild the scaler.
+    time.sleep(10)
+    wait("the HPA reads our metric over mTLS", hpa_reads_metric, 120, every=1)
+    t_ok = time.monotonic() - t0
+    ta = api.custom.list_namespaced_custom_object(
+        "keda.sh", "v1alpha1", NS, "triggerauthentications"
+    )["items"]
+    address = f"127.0.0.1:{c.grpc_port}"
+    refused = {}
+    for label, channel in (
+        ("plaintext", grpc.insecure_channel(address)),
+        (
+            "tls-no-client-cert",
+            grpc.secure_channel(
+                address, grpc.ssl_channel_credentials(root_certificates=pki["keda"]["ca.crt"])
+            ),
+        ),
+    ):
+        try:
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+            refused[label] = False
+        except grpc.RpcError as e:
+            refused[label] = e.code().name
+        finally:
+            channel.close()
+    if not all(refused.values()):
+        raise Failed(f"the scaler answered a client without mTLS: {refused}")
+    return {
+        "trigger_authentications": [t["metadata"]["name"] for t in ta],
+        "metric_over_mtls_after_s": round(t_ok, 1),
+        "refused": refused,
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("6-hpa-fields", s6_hpa_fields),
@@ -775,6 +866,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("4-upgrade", s4_upgrade),
     ("3-scaler-down", s3_scaler_down),
     ("7-queue", s7_queue),
+    ("5-tls", s5_tls),
 ]
 
 
@@ -855,7 +947,6 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 say(f"FAIL {name}: {e}")
                 traceback.print_exc()
-        results["5-tls"] = {"passed": False, "error": "not run: not written yet"}
     except Exception as e:
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import copy
-import datetime
 import json
 import os
 import re
@@ -41,11 +40,6 @@ import jsonschema  # type: ignore[import-untyped]
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID as EKU
-from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
@@ -57,6 +51,7 @@ from scaler.config import ConfigError, load_config, parse_config
 from scaler.serve.metrics import ScalerMetrics
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
+from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.helm
 
@@ -2242,53 +2237,6 @@ def _answers(
     _wait(value, lambda: f"{ref.name} to answer {want}, last answers {last[-5:]}", proc)
 
 
-def _pki(server_host: str) -> dict[str, dict[str, bytes]]:
-    """The two Secrets a TLS install references: the scaler's (server cert for the host
-    KEDA dials + the CA that signs KEDA's client cert) and KEDA's (CA + client cert)."""
-    now = datetime.datetime.now(datetime.UTC)
-
-    def cert(
-        cn: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[Any, Any] | None, **kw: Any
-    ) -> x509.Certificate:
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-        sign_key, issuer_name = issuer if issuer else (key, name)
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(issuer_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(hours=1))
-            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), True)
-        )
-        if "san" in kw:
-            b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(kw["san"])]), False)
-        if "eku" in kw:
-            b = b.add_extension(x509.ExtendedKeyUsage([kw["eku"]]), False)
-        return b.sign(sign_key, hashes.SHA256())
-
-    def pem(c: x509.Certificate) -> bytes:
-        return c.public_bytes(serialization.Encoding.PEM)
-
-    def key_pem(k: ec.EllipticCurvePrivateKey) -> bytes:
-        return k.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-
-    ca_key, srv_key, cli_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    ca = cert("pool-ca", ca_key, None)
-    issuer = (ca_key, ca.subject)
-    srv = cert("gpu-pool-scaler", srv_key, issuer, san=server_host, eku=EKU.SERVER_AUTH)
-    cli = cert("keda-operator", cli_key, issuer, eku=EKU.CLIENT_AUTH)
-    return {
-        "scaler": {"tls.crt": pem(srv), "tls.key": key_pem(srv_key), "ca.crt": pem(ca)},
-        "keda": {"ca.crt": pem(ca), "tls.crt": pem(cli), "tls.key": key_pem(cli_key)},
-    }
-
-
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "mtls"])
 def test_rendered_deployment_runs_the_real_scaler(
     helm: Helm, tmp_path: Path, exposition_server: Any, tls: bool
@@ -2320,7 +2268,7 @@ def test_rendered_deployment_runs_the_real_scaler(
     cm = one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
     keda_objects = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
     host = keda_objects[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"].rpartition(":")[0]
-    secrets = _pki(host) if tls else {}
+    secrets = make_pki(host) if tls else {}
 
     # Each volume at a temp dir instead of its mountPath; everything else as rendered.
     mounts = {
