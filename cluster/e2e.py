@@ -286,7 +286,10 @@ def values(
     }
     queue: dict[str, Any] = {}
     if redis_port is not None:
-        research = {**research, "name": "train", "queue": {"enabled": True}}
+        # The worker needs time to hand the item back after SIGTERM (the chart refuses a
+        # grace period not above queue.worker.reportSeconds, 20 s by default).
+        sj = {**research["scaledJob"], "job": {"terminationGracePeriodSeconds": 30}}
+        research = {**research, "name": "train", "queue": {"enabled": True}, "scaledJob": sj}
         queue = {
             "researchQueue": {
                 "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"}
@@ -422,6 +425,18 @@ class LocalScaler:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def scaler_metric(port: int, prefix: str, contains: str = "") -> float | None:
+    """The value of the first sample line of the scaler's /metrics starting with `prefix`
+    (and containing `contains`), None when absent."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(prefix) and contains in line:
+                return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 # --- scenarios -----------------------------------------------------------------------------
@@ -647,16 +662,11 @@ def s4_upgrade(c: Ctx) -> dict[str, Any]:
     c.helm.install(c.vfile, upgrade=True)
     c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
 
-    def generation() -> float:
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://127.0.0.1:{c.metrics_port}/metrics", timeout=2) as r:
-            for line in r.read().decode().splitlines():
-                if line.startswith("gpu_pool_scaler_config_generation "):
-                    return float(line.split()[1])
-        return 0.0
-
-    wait("the scaler reloads the new config", lambda: generation() >= 2, 60)
+    wait(
+        "the scaler reloads the new config",
+        lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) >= 2,
+        60,
+    )
     t_reload = time.monotonic() - t0
     time.sleep(10)
     gone = running - {j.metadata.uid for j in api.jobs()}
@@ -686,14 +696,23 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
     if down.get("stabilizationWindowSeconds") != 0:
         raise Failed(f"scaleDown behavior not as the chart asked: {down}")
     tol = (up.get("tolerance"), down.get("tolerance"))
-    if tol != ("50m", "50m") and tol != ("0.05", "0.05"):
+    if tol != ("50m", "50m"):
         raise Failed(f"tolerance 0.05 asked, the HPA has {tol} (gate on by default in 1.35)")
+    seen = wait(
+        "the scaler reads the HPA's tolerance back (server.hpaCheck)",
+        lambda: scaler_metric(c.metrics_port, "gpu_pool_scaler_hpa_tolerance{", '"up"'),
+        90,
+        every=2,
+    )
+    if seen != 0.05:
+        raise Failed(f"the scaler reports tolerance {seen}, the HPA has 0.05")
     return {
         "scale_up_policies": sorted(got_up),
         "scale_down_stabilization_s": down.get("stabilizationWindowSeconds"),
         "tolerance_asked": "0.05",
         "tolerance_kept": {"up": tol[0], "down": tol[1]},
-        "feature_gate": "HPAConfigurableTolerance default (beta, on in 1.35); gate off: not run",
+        "scaler_hpa_tolerance_metric": seen,
+        "feature_gate": "HPAConfigurableTolerance default (beta, on in 1.35); off: 6b",
     }
 
 
@@ -870,6 +889,80 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
 ]
 
 
+def cluster_up(state: Path, feature_gates: str = "") -> None:
+    argv = [sys.executable, str(cluster.CLUSTER_DIR / "cluster.py"), "up"]
+    argv += ["--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE)]
+    argv += ["--state-dir", str(state)]
+    if feature_gates:
+        argv += ["--feature-gates", feature_gates]
+    subprocess.run(argv, check=True)
+
+
+def cluster_down(state: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            str(cluster.CLUSTER_DIR / "cluster.py"),
+            "down",
+            "--state-dir",
+            str(state),
+        ],
+        check=False,
+    )
+
+
+def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
+    """Scenario 6 with HPAConfigurableTolerance=false on kube-apiserver and
+    kube-controller-manager: the same chart values ask for 0.05; the API server drops the
+    field silently, so the HPA runs with the cluster's 10 %. The scaler's HPA read-back
+    (server.hpaCheck) is what reports it."""
+    state = out / "cluster-gate-off"
+    scaler: LocalScaler | None = None
+    try:
+        cluster_up(state, "HPAConfigurableTolerance=false")
+        kubeconfig = state / "kubeconfig"
+        api = Api(kubeconfig)
+        grpc_port, metrics_port = cluster.free_port(), cluster.free_port()
+        vfile = out / "values-gate-off.yaml"
+        vfile.write_text(yaml.safe_dump(values(grpc_port, metrics_port, 5.0)))
+        helm = Helm(kubeconfig, out / "helm-home")
+        helm.install(vfile)
+        create_inference_deployment(api)
+        config_file = out / "config-gate-off.yaml"
+        config_file.write_text(helm.config())
+        scaler = LocalScaler(config_file, kubeconfig, out / "scaler-gate-off.log")
+        scaler.start(metrics_port)
+        wait("KEDA creates the HPA", api.hpa_obj, 120)
+        name = api.scaled_object()["metadata"]["name"]
+        asked = api.scaled_object()["spec"]["advanced"]["horizontalPodAutoscalerConfig"]
+        resp = api.hpa.read_namespaced_horizontal_pod_autoscaler(
+            f"keda-hpa-{name}", NS, _preload_content=False
+        )
+        b = json.loads(resp.data)["spec"]["behavior"]
+        kept = {d: b[d].get("tolerance") for d in ("scaleUp", "scaleDown")}
+        if any(v is not None for v in kept.values()):
+            raise Failed(f"the gate is off but the HPA kept a tolerance: {kept}")
+
+        seen = wait(
+            "the scaler reads the HPA's tolerance back (server.hpaCheck)",
+            lambda: scaler_metric(metrics_port, "gpu_pool_scaler_hpa_tolerance{", '"up"'),
+            90,
+            every=2,
+        )
+        if seen != 0.1:
+            raise Failed(f"the scaler reports tolerance {seen}, the HPA runs with 0.1")
+        return {
+            "scaler_hpa_tolerance_metric": seen,
+            "tolerance_asked": asked["behavior"]["scaleUp"].get("tolerance"),
+            "tolerance_kept": kept,
+            "note": "dropped silently: the HPA runs with the 10 % default",
+        }
+    finally:
+        if scaler is not None:
+            scaler.stop()
+        cluster_down(state)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -891,20 +984,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.no_up:
             t = time.monotonic()
-            subprocess.run(
-                [
-                    sys.executable,
-                    str(cluster.CLUSTER_DIR / "cluster.py"),
-                    "up",
-                    "--nodes",
-                    str(NODES),
-                    "--gpus-per-node",
-                    str(GPUS_PER_NODE),
-                    "--state-dir",
-                    str(state),
-                ],
-                check=True,
-            )
+            cluster_up(state)
             report["cluster_up_s"] = round(time.monotonic() - t, 1)
         kubeconfig = state / "kubeconfig"
         api = Api(kubeconfig)
@@ -960,16 +1040,23 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 fn()
         if not args.keep:
-            subprocess.run(
-                [
-                    sys.executable,
-                    str(cluster.CLUSTER_DIR / "cluster.py"),
-                    "down",
-                    "--state-dir",
-                    str(state),
-                ],
-                check=False,
-            )
+            cluster_down(state)
+        if not args.no_up:
+            name = "6b-hpa-fields-gate-off"
+            say(f"scenario {name} (a second cluster) ...")
+            t = time.monotonic()
+            try:
+                figures = hpa_tolerance_gate_off(out)
+                results[name] = {
+                    "passed": True,
+                    "seconds": round(time.monotonic() - t, 1),
+                    **figures,
+                }
+                say(f"PASS {name}: {json.dumps(figures)}")
+            except Exception as e:
+                results[name] = {"passed": False, "error": str(e)}
+                say(f"FAIL {name}: {e}")
+                traceback.print_exc()
         report["total_s"] = round(time.monotonic() - t_start, 1)
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
         say(f"report: {out / 'report.json'}")

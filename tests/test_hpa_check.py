@@ -27,7 +27,7 @@ def hpa(
     *,
     current: int = 10,
     desired: int = 10,
-    tolerance: float | None = None,
+    tolerance: float | str | None = None,
     metric: str | None = None,
 ) -> dict[str, Any]:
     behavior: dict[str, Any] = {"scaleDown": {"stabilizationWindowSeconds": 0}}
@@ -63,6 +63,24 @@ def test_views_read_our_metric_and_the_tolerance_in_force() -> None:
         ("chat", 0.0, True),
         ("code", 0.1, False),
     ]
+
+
+@pytest.mark.parametrize(
+    ("stored", "tolerance"),
+    [
+        pytest.param("50m", 0.05, id="canonical-milli-as-the-api-server-returns-it"),
+        pytest.param("0", 0.0, id="zero"),
+        pytest.param("1500m", 1.5, id="above-one"),
+        pytest.param("0.05", 0.05, id="decimal"),
+        pytest.param("bogus", 0.1, id="unparsable-reads-as-the-default"),
+    ],
+)
+def test_tolerance_is_read_as_a_kubernetes_quantity(stored: str, tolerance: float) -> None:
+    """Seen on the real API server (cluster/e2e.py): a tolerance of 0.05 comes back "50m";
+    read as a float it failed and the scaler reported the 10 % default instead."""
+    (v,) = hpa_views([hpa("chat", tolerance=stored)])
+    assert v.tolerance_up == pytest.approx(tolerance)
+    assert v.tolerance_down == pytest.approx(tolerance)
 
 
 def view(current: int, desired: int, tolerance: float = 0.1) -> HpaView:

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubernetes.utils import parse_quantity
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance
@@ -49,7 +51,8 @@ def _tolerance(behavior: Obj, direction: str) -> float | None:
     if not isinstance(rules, Mapping) or "tolerance" not in rules:
         return None
     try:
-        return float(rules["tolerance"])
+        # A Quantity: the API server returns it canonical ("50m" for 0.05), never a float.
+        return float(parse_quantity(rules["tolerance"]))
     except (TypeError, ValueError):
         return None
 
