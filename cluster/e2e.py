@@ -758,6 +758,11 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     )
     c.farm.rps = LOW_RPS
     wait("inference back at 1 replica", lambda: api.deploy_replicas() == 1, 240)
+    # Items first: KEDA 2.20 starts the slots' worth of Jobs for an EMPTY queue (its `min`
+    # takes the next trigger's value over a 0, cluster/README.md), and kwok runs no worker
+    # that would find the queue empty and end them.
+    for n in range(3):
+        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
     c.redis_port = port
     c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
     c.helm.install(c.vfile, upgrade=True)
@@ -771,14 +776,12 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     def train_jobs() -> list[Any]:
         return [j for j in api.jobs() if j.metadata.name.startswith(f"{FULL}-train-")]
 
-    time.sleep(15)
-    if train_jobs():
-        raise Failed(f"Jobs started for an empty queue: {len(train_jobs())}")
     t0 = time.monotonic()
-    for n in range(3):
-        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
-    wait("3 Jobs for 3 queued items", lambda: len(train_jobs()) == 3, 120)
+    wait("3 Jobs for 3 queued items", lambda: len(train_jobs()) >= 3, 120)
     t_first = time.monotonic() - t0
+    time.sleep(15)  # and not more while 3 wait
+    if len(train_jobs()) != 3:
+        raise Failed(f"{len(train_jobs())} Jobs for 3 queued items ({slots} slots)")
     for n in range(3, 3 + 2 * slots):
         q.submit("train", {"SHARD": str(n)}, submitter="e2e")
     wait(

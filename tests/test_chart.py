@@ -128,6 +128,13 @@ def rendered(helm: Helm) -> dict[str, list[dict[str, Any]]]:
     return {cid: helm.render(path) for cid, path in zip(CI_IDS, CI_FILES, strict=True)}
 
 
+def ours(obj: dict[str, Any]) -> dict[str, Any]:
+    """The scaler's trigger of a ScaledObject/ScaledJob (named; on a queued ScaledJob it is
+    the LAST trigger: KEDA's `min` takes a later trigger's value over an earlier 0)."""
+    (t,) = [t for t in obj["spec"]["triggers"] if t.get("name") == "gpu-pool-scaler"]
+    return dict(t)
+
+
 def objs(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
@@ -305,7 +312,7 @@ def test_configmap_loads_with_the_scalers_loader_and_keda_objects_agree(
     assert [r.name for r in cfg.research] == [r["name"] for r in values.get("research", [])]
 
     addresses = {
-        d["spec"]["triggers"][0]["metadata"]["scalerAddress"]
+        ours(d)["metadata"]["scalerAddress"]
         for d in docs
         if d["kind"] in {"ScaledObject", "ScaledJob"}
     }
@@ -338,7 +345,7 @@ def test_configmap_loads_with_the_scalers_loader_and_keda_objects_agree(
         assert s.minReplicas <= fb["replicas"] <= s.maxReplicas
 
     sjs = {
-        sj["spec"]["triggers"][0]["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
+        ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
     }
     assert set(sjs) == {r.name for r in cfg.research}
     research_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-research")
@@ -722,7 +729,7 @@ def test_notes_show_the_scaler_address_and_how_to_check_each_object(
     notes = _notes(helm, values)
     docs = rendered[values.name.removesuffix("-values.yaml")]
     keda = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
-    assert keda[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"] in notes
+    assert ours(keda[0])["metadata"]["scalerAddress"] in notes
     for d in keda:
         ns, name = d["metadata"]["namespace"], d["metadata"]["name"]
         assert f"kubectl -n {ns} get {d['kind'].lower()} {name}" in notes
@@ -1330,7 +1337,7 @@ def test_cluster_trigger_authentication_serves_every_namespace(
         ta["metadata"]["name"].endswith("-redis") for ta in objs(docs, "TriggerAuthentication")
     )
     for d in objs(docs, "ScaledObject") + objs(docs, "ScaledJob"):
-        scaler_trigger = d["spec"]["triggers"][0]
+        scaler_trigger = ours(d)
         assert scaler_trigger["authenticationRef"] == {
             "name": cta["metadata"]["name"],
             "kind": "ClusterTriggerAuthentication",
@@ -1371,7 +1378,7 @@ def test_queue_class_gets_redis_trigger_auth_and_the_worker(
         for t in objs(docs, "TriggerAuthentication")
     }
     sjs = {
-        sj["spec"]["triggers"][0]["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
+        ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
     }
     for rc in values["research"]:
         q = _merge(defaults, rc["queue"])
@@ -1381,13 +1388,16 @@ def test_queue_class_gets_redis_trigger_auth_and_the_worker(
             "strategy": "default",
             "multipleScalersCalculation": "min",
         }
-        scaler_trigger, redis_trigger = spec["triggers"]
+        # Queue first and always active, ours last (see ours()): Jobs <= slots, 0 slots → 0.
+        redis_trigger, scaler_trigger = spec["triggers"]
+        assert scaler_trigger == ours(sj)
         assert redis_trigger["type"] == "redis" and "metricType" not in redis_trigger
         # The worker's key layout (docs/research-queue.md): waiting ids in <prefix>:q:<class>.
         assert redis_trigger["metadata"] == {
             "address": q["redis"]["address"],
             "listName": f"{q['prefix']}:q:{rc['name']}",
             "listLength": "1",
+            "activationListLength": "-1",
             "databaseIndex": str(q["redis"]["databaseIndex"]),
         }
         ta = tas[(rc["namespace"], redis_trigger["authenticationRef"]["name"])]
@@ -1958,6 +1968,29 @@ BAD = [
     Bad(
         "unknown-chart-key", {"replicas": 3}, "additional properties 'replicas' not allowed", False
     ),
+    Bad(
+        "scaledjob-extra-trigger-metric-type",
+        {
+            "research": [
+                {
+                    "name": "eval",
+                    "gpusPerJob": 1,
+                    "scaledJob": {
+                        **JOB,
+                        "extraTriggers": [
+                            {
+                                "type": "redis",
+                                "metricType": "AverageValue",
+                                "metadata": {"listName": "x"},
+                            }
+                        ],
+                    },
+                }
+            ]
+        },
+        "research[0].scaledJob.extraTriggers[0]: remove metricType",
+        False,
+    ),
 ]
 
 
@@ -2267,7 +2300,7 @@ def test_rendered_deployment_runs_the_real_scaler(
     (container,) = pod["containers"]
     cm = one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")
     keda_objects = [d for d in docs if d["kind"] in {"ScaledObject", "ScaledJob"}]
-    host = keda_objects[0]["spec"]["triggers"][0]["metadata"]["scalerAddress"].rpartition(":")[0]
+    host = ours(keda_objects[0])["metadata"]["scalerAddress"].rpartition(":")[0]
     secrets = make_pki(host) if tls else {}
 
     # Each volume at a temp dir instead of its mountPath; everything else as rendered.
@@ -2472,7 +2505,7 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
     docs = helm.render(vfile)
     sj = one(docs, "ScaledJob")
     c = _container(sj)
-    redis_trigger = sj["spec"]["triggers"][1]
+    (redis_trigger,) = [t for t in sj["spec"]["triggers"] if t["type"] == "redis"]
 
     config = tmp_path / "config.yaml"
     config.write_text(one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["data"]["config.yaml"])

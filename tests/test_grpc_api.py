@@ -114,7 +114,8 @@ async def test_keda_prefixed_metric_name_is_accepted(h: Harness) -> None:
             {"service": "chat", "activationThreshold": "2.5"}, True, id="inference-3-above-2.5"
         ),
         pytest.param({"researchClass": "eval"}, True, id="research-5-slots"),
-        pytest.param({"researchClass": "train"}, False, id="research-0-slots"),
+        # research: always active, its 0 included (KEDA's ScaledJob `min` skips inactive ones)
+        pytest.param({"researchClass": "train"}, True, id="research-0-slots-still-active"),
     ],
 )
 async def test_is_active_compares_value_with_activation_threshold(
@@ -165,6 +166,13 @@ ERROR_CASES = [
         grpc.StatusCode.INVALID_ARGUMENT,
         ["'activationThreshold'"],
         id="negative-activation",
+    ),
+    pytest.param(
+        {"researchClass": "eval", "activationThreshold": "2"},
+        "IsActive",
+        grpc.StatusCode.INVALID_ARGUMENT,
+        ["'activationThreshold'", "research trigger", "always active"],
+        id="activation-on-research",
     ),
     pytest.param(
         {"service": "chat", "pool": "other"},
@@ -244,7 +252,9 @@ async def test_research_fails_closed_with_zero_not_an_error(h: Harness) -> None:
         pb.GetMetricsRequest(scaledObjectRef=ref(researchClass="eval"), metricName="research-eval")
     )
     assert resp.metricValues[0].metricValue == 0
-    assert (await h.stub.IsActive(ref(researchClass="eval"))).result is False
+    # Active at 0: KEDA's ScaledJob `min` leaves inactive triggers out (research is safe
+    # only when its 0 is counted).
+    assert (await h.stub.IsActive(ref(researchClass="eval"))).result is True
 
 
 async def test_before_first_cycle_inference_unavailable_research_zero() -> None:
@@ -255,7 +265,11 @@ async def test_before_first_cycle_inference_unavailable_research_zero() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await harness.stub.IsActive(ref(service="chat"))
         assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert (await harness.stub.IsActive(ref(researchClass="eval"))).result is False
+        assert (await harness.stub.IsActive(ref(researchClass="eval"))).result is True
+        research = pb.GetMetricsRequest(
+            scaledObjectRef=ref(researchClass="eval"), metricName="research-eval"
+        )
+        assert (await harness.stub.GetMetrics(research)).metricValues[0].metricValue == 0
     finally:
         await harness.channel.close()
         await harness.server.stop(0)
@@ -326,7 +340,7 @@ async def test_a_decision_older_than_stale_after_is_not_served_as_current(
             assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
             assert "31s old" in (exc.value.details() or "")
         assert (await h.stub.GetMetrics(research)).metricValues[0].metricValue == 0
-        assert (await h.stub.IsActive(ref(researchClass="eval"))).result is False
+        assert (await h.stub.IsActive(ref(researchClass="eval"))).result is True
         assert (
             h.metrics.registry.get_sample_value("gpu_pool_scaler_stale_decision_answers_total") == 4
         )

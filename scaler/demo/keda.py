@@ -6,11 +6,11 @@ sees the scaler's objects); what it does with an answer goes through the `Actuat
 (the HPA and the ScaledJob controller of the simulated cluster). Semantics
 (docs/keda-contract.md, "Call cadence", "Errors and fallback", "ScaledJobs"):
 * ScaledObject, every `so_interval_s`: GetMetricSpec → GetMetrics → IsActive; the value
-  and targetSize feed the HPA (AverageValue). A failing call applies nothing: when the
-  scaler answers GetMetricSpec but fails GetMetrics, KEDA's fallback
+  and targetSize feed the HPA (AverageValue). A failing call applies nothing: the scaler
+  answers but GetMetrics fails (UNAVAILABLE, what this driver meets), KEDA's fallback
   (`currentReplicasIfHigher`, after `failureThreshold` = 3) keeps the current replicas;
-  when it is unreachable, GetMetricSpec fails first, KEDA's fallback never engages
-  (kedacore/keda#8056, seen on the real KEDA in cluster/e2e.py) and the HPA, without a
+  the scaler unreachable, GetMetricSpec fails first and KEDA's fallback never engages
+  (kedacore/keda#8056, seen on the real KEDA in cluster/e2e.py): the HPA, without a
   metric, holds the current count. Either way the Deployment keeps its size.
 * ScaledJob, every `sj_interval_s`: GetMetricSpec → GetMetrics; the value / targetSize
   goes to the ScaledJob controller (Jobs created = maxScale − unfinished, never deleted).
@@ -113,7 +113,7 @@ class KedaDriver:
             ans.failures += 1
             ans.error = f"{e.code().name}: {e.details()}"
             if ans.failures >= self.failure_threshold:
-                ans.error += " (no metric: the HPA keeps the current replicas)"
+                ans.error += " (fallback currentReplicasIfHigher: keeping current replicas)"
             return
         ans.value, ans.active, ans.error, ans.failures = raw, active, None, 0
         # minReplicaCount >= 1 here: IsActive only matters for scale-to-zero.

@@ -101,6 +101,12 @@ def resolve(metadata: Mapping[str, str], cfg: Config | None) -> Target:
                 f"metadata 'researchClass' names unknown research class {rclass[:64]!r}; "
                 f"known: {_known([r.name for r in cfg.research])}",
             )
+        if raw_act:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "metadata 'activationThreshold' does not apply to a research trigger: it is "
+                "always active, so that KEDA's ScaledJob `min` counts its 0 (docs/keda-contract.md)",
+            )
         return Target("research", rclass, activation)
     raise RequestError(
         grpc.StatusCode.INVALID_ARGUMENT,
@@ -108,6 +114,14 @@ def resolve(metadata: Mapping[str, str], cfg: Config | None) -> Target:
         f"{_known([s.name for s in cfg.inference])}) or 'researchClass' (ScaledJob; known: "
         f"{_known([r.name for r in cfg.research])})",
     )
+
+
+def is_active(t: Target, value: float) -> bool:
+    """Inference: value > activationThreshold. Research: always. KEDA's ScaledJob `min`
+    leaves inactive triggers out (KEDA 2.20.2, seen in cluster/e2e.py): a research trigger
+    inactive at 0 slots would let a work-queue trigger alone start Jobs on GPUs inference
+    needs. Active at 0, it is counted and the ScaledJob gets 0 Jobs."""
+    return True if t.kind == "research" else value > t.activation
 
 
 def too_old(decision: Decision, now: float) -> str | None:
@@ -223,7 +237,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         d = self._snapshots.latest()
         try:
             t = resolve(request.scalerMetadata, d.config)
-            active = value_of(t, d, self._staleness(d)) > t.activation
+            active = is_active(t, value_of(t, d, self._staleness(d)))
         except RequestError as e:
             await self._fail(context, "IsActive", request, e)
             raise  # unreachable: abort raises
@@ -245,7 +259,7 @@ class ExternalScalerServicer(pb_grpc.ExternalScalerServicer):
         try:
             while True:
                 try:
-                    active: bool | None = value_of(t, d, too_old(d, self._clock())) > t.activation
+                    active: bool | None = is_active(t, value_of(t, d, too_old(d, self._clock())))
                 except RequestError:
                     active = None  # no data: say nothing rather than a made-up false
                 if active is not None and active != last:

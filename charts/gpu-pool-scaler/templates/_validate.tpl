@@ -122,8 +122,8 @@ Rendered by templates/validate.yaml, which helm renders before the other templat
 {{- fail (printf "%s.gpusPerJob (%d) disagrees with the Job's containers, which request %d %s: the scaler would count slots wrong" $at (int $rc.gpusPerJob) $gpus $gpuRes) }}
 {{- end }}
 {{- range $j, $tr := $sj.extraTriggers }}
-{{- if and $tr.metricType (ne $tr.metricType "AverageValue") }}
-{{- fail (printf "%s.scaledJob.extraTriggers[%d].metricType must be AverageValue (ScaledJobs support no other), got %q" $at $j $tr.metricType) }}
+{{- if hasKey $tr "metricType" }}
+{{- fail (printf "%s.scaledJob.extraTriggers[%d]: remove metricType (%q): KEDA's operator refuses a ScaledJob with any trigger metricType (\"Cannot set metricType in ScaledJob triggers\")" $at $j (toString $tr.metricType)) }}
 {{- end }}
 {{- end }}
 
