@@ -105,7 +105,8 @@ def resolve(metadata: Mapping[str, str], cfg: Config | None) -> Target:
             raise RequestError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "metadata 'activationThreshold' does not apply to a research trigger: it is "
-                "always active, so that KEDA's ScaledJob `min` counts its 0 (docs/keda-contract.md)",
+                "always active, so that KEDA's ScaledJob `min` counts its 0 "
+                "(docs/keda-contract.md)",
             )
         return Target("research", rclass, activation)
     raise RequestError(
