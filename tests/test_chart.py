@@ -344,9 +344,7 @@ def test_configmap_loads_with_the_scalers_loader_and_keda_objects_agree(
         assert fb["behavior"] == "currentReplicasIfHigher"  # never shrink on scaler failure
         assert s.minReplicas <= fb["replicas"] <= s.maxReplicas
 
-    sjs = {
-        ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
-    }
+    sjs = {ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")}
     assert set(sjs) == {r.name for r in cfg.research}
     research_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-research")
     for r in cfg.research:
@@ -1377,9 +1375,7 @@ def test_queue_class_gets_redis_trigger_auth_and_the_worker(
         (t["metadata"]["namespace"], t["metadata"]["name"]): t
         for t in objs(docs, "TriggerAuthentication")
     }
-    sjs = {
-        ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")
-    }
+    sjs = {ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")}
     for rc in values["research"]:
         q = _merge(defaults, rc["queue"])
         sj = sjs[rc["name"]]
