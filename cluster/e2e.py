@@ -921,8 +921,8 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
     (server.hpaCheck) is what reports it."""
     state = out / "cluster-gate-off"
     scaler: LocalScaler | None = None
+    cluster_up(state, "HPAConfigurableTolerance=false")  # a failed `up` stops what it started
     try:
-        cluster_up(state, "HPAConfigurableTolerance=false")
         kubeconfig = state / "kubeconfig"
         api = Api(kubeconfig)
         grpc_port, metrics_port = cluster.free_port(), cluster.free_port()
@@ -983,11 +983,13 @@ def main(argv: list[str] | None = None) -> int:
     farm: EngineFarm | None = None
     scaler: LocalScaler | None = None
     cleanups: list[Callable[[], object]] = []
+    started = False
     t_start = time.monotonic()
     try:
         if not args.no_up:
             t = time.monotonic()
-            cluster_up(state)
+            cluster_up(state)  # a failed `up` stops what it started
+            started = True
             report["cluster_up_s"] = round(time.monotonic() - t, 1)
         kubeconfig = state / "kubeconfig"
         api = Api(kubeconfig)
@@ -1042,9 +1044,9 @@ def main(argv: list[str] | None = None) -> int:
         for fn in cleanups:
             with contextlib.suppress(Exception):
                 fn()
-        if not args.keep:
+        if started and not args.keep:  # never another run's cluster
             cluster_down(state)
-        if not args.no_up:
+        if started:
             name = "6b-hpa-fields-gate-off"
             say(f"scenario {name} (a second cluster) ...")
             t = time.monotonic()
