@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -146,7 +147,8 @@ class FakeHpaApi:
                     self.send_response(404)
                     self.end_headers()
                     return
-                assert "managed-by" in self.path  # the KEDA label selector
+                # the label every KEDA-built HPA carries, whoever manages the ScaledObject
+                assert "scaledobject.keda.sh" in urllib.parse.unquote(self.path), self.path
                 body = json.dumps(
                     {"kind": "HorizontalPodAutoscalerList", "metadata": {}, "items": outer.items}
                 ).encode()

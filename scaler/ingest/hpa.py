@@ -28,7 +28,11 @@ from kubernetes.utils import parse_quantity
 log = logging.getLogger(__name__)
 
 DEFAULT_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance
-KEDA_HPA_SELECTOR = "app.kubernetes.io/managed-by=keda-operator"
+# Every HPA KEDA builds carries `scaledobject.keda.sh/name` (the operator labels the
+# ScaledObject, and the HPA gets its labels). Not `app.kubernetes.io/managed-by=keda-operator`:
+# KEDA copies the ScaledObject's own labels over its defaults, so a Helm-installed
+# ScaledObject yields `managed-by: Helm` and that selector found nothing (cluster/e2e.py).
+KEDA_HPA_SELECTOR = "scaledobject.keda.sh/name"
 _OUR_METRIC = re.compile(r"^s\d+-inference-(?P<service>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
 
 Obj = Mapping[str, Any]
