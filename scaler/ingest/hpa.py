@@ -1,7 +1,7 @@
 """Reading back the HPAs KEDA builds from our ScaledObjects: is our answer being followed?
 
 KEDA turns each ScaledObject into an HPA (`keda-hpa-<name>`, label
-`app.kubernetes.io/managed-by: keda-operator`) whose external metric is ours,
+`scaledobject.keda.sh/name: <name>`) whose external metric is ours,
 `s<index>-inference-<service>`, target 1 (AverageValue). For such a metric the HPA's usage
 ratio is `value / (target × current replicas)` = `desired / current`, and the HPA keeps the
 current count while `|ratio − 1| ≤ tolerance`. The tolerance is the HPA's
