@@ -52,6 +52,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent))  # tests.support.pki
 import cluster
 
 REPO = cluster.REPO
@@ -767,10 +768,18 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
     c.helm.install(c.vfile, upgrade=True)
     c.config_file.write_text(c.helm.config())
-    # The operator retires class eval: its Jobs go (KEDA never deletes Jobs itself).
+    # Class eval is gone: its Jobs go with its ScaledJob (owner references), or by hand.
+    from kubernetes.client.exceptions import ApiException
+
     for j in api.jobs():
         if j.metadata.name.startswith(f"{FULL}-eval-"):
-            api.batch.delete_namespaced_job(j.metadata.name, NS, propagation_policy="Background")
+            try:
+                api.batch.delete_namespaced_job(
+                    j.metadata.name, NS, propagation_policy="Background"
+                )
+            except ApiException as e:
+                if e.status != 404:  # already collected with its ScaledJob
+                    raise
     slots = (c.pool_gpus - GPUS_PER_REPLICA) // GPUS_PER_JOB
 
     def train_jobs() -> list[Any]:
