@@ -890,8 +890,82 @@ def s5_tls(c: Ctx) -> dict[str, Any]:
     }
 
 
+def make_target(api: Api, namespace: str, name: str) -> None:
+    """A GPU-less Deployment for a ScaledObject to scale (kwok runs its pods)."""
+    from kubernetes.client.exceptions import ApiException
+
+    kwok = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
+    pod = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {
+            "nodeSelector": {"gpu-pool": "shared"},
+            "tolerations": kwok,
+            "containers": [{"name": "c", "image": "fake.invalid/c:kwok"}],
+        },
+    }
+    spec = {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": pod}
+    try:
+        api.apps.create_namespaced_deployment(namespace, {"metadata": {"name": name}, "spec": spec})
+    except ApiException as e:
+        if e.status != 409:  # already there (another values file)
+            raise
+
+
+def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
+    """Every values file under charts/gpu-pool-scaler/ci/ installs with real helm on this
+    cluster (each its own release and namespace), and KEDA's operator accepts every
+    ScaledObject/ScaledJob it made (no `*CheckFailed` condition: a spec KEDA refuses, as
+    the metricType it once refused on ScaledJobs). Their scalers and Secrets do not exist
+    here, so nothing more is asked of them; the releases are uninstalled."""
+    results: dict[str, Any] = {}
+    for f in sorted((CHART / "ci").glob("*-values.yaml")):
+        cid = f.name.removesuffix("-values.yaml")
+        rel, ns = f"ci-{cid}", f"ci-{cid}"
+        rendered = c.helm.run("template", rel, str(CHART), "-n", ns, "-f", str(f))
+        docs = [d for d in yaml.safe_load_all(rendered) if d]
+        # What the values assume exists: their namespaces and the scale targets.
+        have = {n.metadata.name for n in c.api.core.list_namespace().items}
+        for n in {d["metadata"].get("namespace") or ns for d in docs} - have:
+            c.api.core.create_namespace({"metadata": {"name": n}})
+        for d in docs:
+            if d["kind"] == "ScaledObject":
+                target_ns = d["metadata"].get("namespace") or ns
+                make_target(c.api, target_ns, d["spec"]["scaleTargetRef"]["name"])
+        c.helm.run("install", rel, str(CHART), "-n", ns, "-f", str(f))
+        manifest = [
+            d for d in yaml.safe_load_all(c.helm.run("get", "manifest", rel, "-n", ns)) if d
+        ]
+        keda = [
+            (d["kind"], d["metadata"].get("namespace", ns), d["metadata"]["name"])
+            for d in manifest
+            if d["kind"] in ("ScaledObject", "ScaledJob")
+        ]
+
+        def judged(keda: list[tuple[str, str, str]] = keda) -> dict[str, str] | None:
+            out = {}
+            for kind, kns, name in keda:
+                obj = c.api.custom.get_namespaced_custom_object(
+                    "keda.sh", "v1alpha1", kns, kind.lower() + "s", name
+                )
+                conds = {x["type"]: x for x in obj.get("status", {}).get("conditions", [])}
+                ready = conds.get("Ready")
+                if ready is None or ready.get("status") == "Unknown":
+                    return None  # not reconciled yet
+                out[f"{kind}/{name}"] = f"{ready['status']} {ready.get('reason', '')}".strip()
+            return out
+
+        verdict = wait(f"KEDA reconciles the objects of ci/{f.name}", judged, 90, every=2)
+        refused = {k: v for k, v in verdict.items() if "CheckFailed" in v}
+        if refused:
+            raise Failed(f"KEDA refused objects of ci/{f.name}: {refused}")
+        results[cid] = {"objects": len(manifest), "keda": verdict}
+        c.helm.run("uninstall", rel, "-n", ns, "--wait")
+    return {"releases": results}
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
+    ("0-chart-ci-values", s0_chart_ci_values),
     ("6-hpa-fields", s6_hpa_fields),
     ("2-ramp", s2_ramp),
     ("4-upgrade", s4_upgrade),
