@@ -597,6 +597,43 @@ def apply_keda_crds(api) -> list[str]:
     return names
 
 
+# Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), for charts that render them;
+# from the module's own example/ manifests, at this pinned version (v0.80.1: the newest the
+# module proxy serves here).
+PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.80.1"
+
+
+def apply_prometheus_operator_crds(api, kinds=("servicemonitors", "prometheusrules")) -> list[str]:
+    import tempfile
+
+    import yaml
+    from kubernetes import client
+
+    with tempfile.TemporaryDirectory() as tmp:  # outside any module: plain download
+        env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="")
+        proc = subprocess.run(
+            ["go", "mod", "download", "-json", PROMETHEUS_OPERATOR],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+            env=env,
+            check=False,
+        )
+    info = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or "Dir" not in info:
+        raise ClusterError(
+            f"go mod download {PROMETHEUS_OPERATOR}: {info.get('Error') or proc.stderr}"
+        )
+    crd_dir = Path(info["Dir"]) / "example/prometheus-operator-crd"
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for kind in kinds:
+        doc = yaml.safe_load((crd_dir / f"monitoring.coreos.com_{kind}.yaml").read_text())
+        ext.create_custom_resource_definition(doc)
+        names.append(doc["metadata"]["name"])
+    return names
+
+
 def crds_established(api, names: list[str]) -> bool:
     from kubernetes import client
 

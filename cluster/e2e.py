@@ -919,6 +919,13 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
     here (a ScaledObject then reports that no scaler answered, the one failure allowed),
     so nothing more is asked of them; the releases are uninstalled."""
     results: dict[str, Any] = {}
+    # ci/monitoring renders a ServiceMonitor and a PrometheusRule: the real CRDs first.
+    crds = cluster.apply_prometheus_operator_crds(cluster.api_client(c.api.kubeconfig))
+    wait(
+        "Prometheus Operator CRDs established",
+        lambda: cluster.crds_established(cluster.api_client(c.api.kubeconfig), crds),
+        60,
+    )
     for f in sorted((CHART / "ci").glob("*-values.yaml")):
         cid = f.name.removesuffix("-values.yaml")
         rel, ns = f"ci-{cid}", f"ci-{cid}"
