@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -890,8 +891,31 @@ def s5_tls(c: Ctx) -> dict[str, Any]:
     }
 
 
-def make_target(api: Api, namespace: str, name: str) -> None:
-    """A GPU-less Deployment for a ScaledObject to scale (kwok runs its pods)."""
+_SVC_ADDRESS = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?\.svc(\.[a-z0-9.-]+)?:(\d+)$")
+
+
+def loopback_only(values: Any, closed_port: int) -> Any:
+    """The ci/ values with every address a component would dial moved to loopback (network
+    hygiene: no cluster DNS here, and a lookup would go to the machine's resolver): each
+    `<name>.svc[...]:<port>` string → 127.0.0.1:<port>, and KEDA's scalerAddress (by default
+    a *.svc.cluster.local name) → 127.0.0.1:<a port nothing listens on>."""
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str) and (m := _SVC_ADDRESS.match(v)):
+            return f"127.0.0.1:{m.group(3)}"
+        return v
+
+    out = walk(values)
+    out.setdefault("keda", {})["scalerAddress"] = f"127.0.0.1:{closed_port}"
+    return out
+
+
+def make_target(api: Api, namespace: str, kind: str, name: str) -> None:
+    """A GPU-less Deployment or StatefulSet for a ScaledObject to scale (kwok runs its pods)."""
     from kubernetes.client.exceptions import ApiException
 
     kwok = [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}]
@@ -904,8 +928,12 @@ def make_target(api: Api, namespace: str, name: str) -> None:
         },
     }
     spec = {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": pod}
+    create = api.apps.create_namespaced_deployment
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+        create = api.apps.create_namespaced_stateful_set
     try:
-        api.apps.create_namespaced_deployment(namespace, {"metadata": {"name": name}, "spec": spec})
+        create(namespace, {"metadata": {"name": name}, "spec": spec})
     except ApiException as e:
         if e.status != 409:  # already there (another values file)
             raise
@@ -926,9 +954,12 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
         lambda: cluster.crds_established(cluster.api_client(c.api.kubeconfig), crds),
         60,
     )
-    for f in sorted((CHART / "ci").glob("*-values.yaml")):
-        cid = f.name.removesuffix("-values.yaml")
+    closed_port = cluster.free_port()  # nothing listens: KEDA's dial fails at once
+    for src in sorted((CHART / "ci").glob("*-values.yaml")):
+        cid = src.name.removesuffix("-values.yaml")
         rel, ns = f"ci-{cid}", f"ci-{cid}"
+        f = c.vfile.parent / f"ci-{src.name}"
+        f.write_text(yaml.safe_dump(loopback_only(yaml.safe_load(src.read_text()), closed_port)))
         rendered = c.helm.run("template", rel, str(CHART), "-n", ns, "-f", str(f))
         docs = [d for d in yaml.safe_load_all(rendered) if d]
         # What the values assume exists: their namespaces and the scale targets.
@@ -938,7 +969,8 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
         for d in docs:
             if d["kind"] == "ScaledObject":
                 target_ns = d["metadata"].get("namespace") or ns
-                make_target(c.api, target_ns, d["spec"]["scaleTargetRef"]["name"])
+                ref = d["spec"]["scaleTargetRef"]
+                make_target(c.api, target_ns, ref.get("kind", "Deployment"), ref["name"])
         c.helm.run("install", rel, str(CHART), "-n", ns, "-f", str(f))
         manifest = [
             d for d in yaml.safe_load_all(c.helm.run("get", "manifest", rel, "-n", ns)) if d
@@ -964,7 +996,7 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
                 )
             return out
 
-        verdict = wait(f"KEDA reconciles the objects of ci/{f.name}", judged, 90, every=2)
+        verdict = wait(f"KEDA reconciles the objects of ci/{src.name}", judged, 90, every=2)
         # A refused spec reads "<Kind>CheckFailed: <why>". The one expected here: no scaler
         # answers at the chart's scalerAddress (its pod is kwok's, nothing runs), so KEDA
         # cannot build the HPA ("no metric specs returned from scalers").
@@ -974,7 +1006,7 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
             if "CheckFailed" in v and "no metric specs returned from scalers" not in v
         }
         if refused:
-            raise Failed(f"KEDA refused objects of ci/{f.name}: {refused}")
+            raise Failed(f"KEDA refused objects of ci/{src.name}: {refused}")
         results[cid] = {"objects": len(manifest), "keda": verdict}
         c.helm.run("uninstall", rel, "-n", ns, "--wait")
     return {"releases": results}
