@@ -1007,10 +1007,14 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
 
         verdict = wait(f"KEDA reconciles the objects of ci/{src.name}", judged, 90, every=2)
         # A refused spec reads "<Kind>CheckFailed: <why>". Expected here, and only these:
-        # peers the values name do not run (the scaler's pod is kwok's; their Redis does
-        # not exist), which KEDA reports while building the scalers. The reasons are read
-        # from the ScaledJob's events / KEDA's log line when the condition is generic.
-        absent_peers = ("no metric specs returned from scalers", "connection to redis failed")
+        # what the values expect to exist does not (the scaler's pod is kwok's, their Redis
+        # and their EXISTING Secrets are the user's), which KEDA reports while building the
+        # scalers. The reasons come from KEDA's log when the condition is generic.
+        absent_peers = (
+            "no metric specs returned from scalers",
+            "connection to redis failed",
+            "error resolving secret",
+        )
         refused = {}
         for k, v in verdict.items():
             if "CheckFailed" not in v:
