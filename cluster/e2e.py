@@ -46,6 +46,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -375,6 +376,16 @@ class Helm:
     def install(self, vfile: Path, upgrade: bool = False) -> None:
         verb = ["upgrade"] if upgrade else ["install", "--create-namespace"]
         self.run(*verb, RELEASE, str(CHART), "-n", NS, "-f", str(vfile))
+
+    def uninstall_quietly(self, release: str, namespace: str) -> None:
+        """Uninstall, and never fail for a release already gone."""
+        subprocess.run(
+            [self.binary, "uninstall", release, "-n", namespace, "--wait", "--ignore-not-found"],
+            capture_output=True,
+            env=self.env,
+            timeout=300,
+            check=False,
+        )
 
     def config(self) -> str:
         """config.yaml of the ConfigMap helm put into the cluster."""
@@ -981,6 +992,7 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
                 ref = d["spec"]["scaleTargetRef"]
                 make_target(c.api, target_ns, ref.get("kind", "Deployment"), ref["name"])
         c.helm.run("install", rel, str(CHART), "-n", ns, "-f", str(f))
+        c.cleanup.append(partial(c.helm.uninstall_quietly, rel, ns))  # also on failure
         manifest = [
             d for d in yaml.safe_load_all(c.helm.run("get", "manifest", rel, "-n", ns)) if d
         ]
@@ -1026,7 +1038,7 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
         if refused:
             raise Failed(f"KEDA refused objects of ci/{src.name}: {refused}")
         results[cid] = {"objects": len(manifest), "keda": verdict}
-        c.helm.run("uninstall", rel, "-n", ns, "--wait")
+        c.helm.uninstall_quietly(rel, ns)
     return {"releases": results}
 
 
