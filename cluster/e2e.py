@@ -778,6 +778,23 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         q.submit("train", {"SHARD": str(n)}, submitter="e2e")
     c.redis_port = port
     c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
+    # The scaler learns class train BEFORE KEDA sees its ScaledJob. The other order is a
+    # known gap (closing note, docs/keda-contract.md): until the kubelet syncs the config,
+    # the scaler answers INVALID_ARGUMENT for the new class, KEDA skips its trigger and the
+    # queue alone starts Jobs; on KEDA 2.20.2 a reconcile race then started 5 Jobs for 3 items.
+    rendered = c.helm.run("template", RELEASE, str(CHART), "-n", NS, "-f", str(c.vfile))
+    (cm,) = [
+        d
+        for d in yaml.safe_load_all(rendered)
+        if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULL
+    ]
+    gen = scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0
+    c.config_file.write_text(cm["data"]["config.yaml"])
+    wait(
+        "the scaler reloads the config with class train",
+        lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) > gen,
+        60,
+    )
     c.helm.install(c.vfile, upgrade=True)
     c.config_file.write_text(c.helm.config())
     # Class eval is gone: its Jobs go with its ScaledJob (owner references), or by hand.
@@ -1055,6 +1072,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
 
 
 def cluster_up(state: Path, feature_gates: str = "") -> None:
+    cluster_down(state)  # this harness's own state dir: leftovers of an interrupted run
     argv = [sys.executable, str(cluster.CLUSTER_DIR / "cluster.py"), "up"]
     argv += ["--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE)]
     argv += ["--state-dir", str(state)]
