@@ -1154,6 +1154,20 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
         cluster_down(state)
 
 
+def run_scenario(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One scenario's entry in report.json: passed, seconds, its figures or the error."""
+    say(f"scenario {name} ...")
+    t = time.monotonic()
+    try:
+        figures = fn()
+    except Exception as e:
+        say(f"FAIL {name}: {e}")
+        traceback.print_exc()
+        return {"passed": False, "seconds": round(time.monotonic() - t, 1), "error": str(e)}
+    say(f"PASS {name}: {json.dumps(figures)}")
+    return {"passed": True, "seconds": round(time.monotonic() - t, 1), **figures}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -1202,24 +1216,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Ctx(api, farm, helm, scaler, vfile, config_file, grpc_port, metrics_port, pool_gpus)
         cleanups = ctx.cleanup
         for name, fn in SCENARIOS:
-            say(f"scenario {name} ...")
-            t = time.monotonic()
-            try:
-                figures = fn(ctx)
-                results[name] = {
-                    "passed": True,
-                    "seconds": round(time.monotonic() - t, 1),
-                    **figures,
-                }
-                say(f"PASS {name}: {json.dumps(figures)}")
-            except Exception as e:
-                results[name] = {
-                    "passed": False,
-                    "seconds": round(time.monotonic() - t, 1),
-                    "error": str(e),
-                }
-                say(f"FAIL {name}: {e}")
-                traceback.print_exc()
+            results[name] = run_scenario(name, partial(fn, ctx))
     except Exception as e:
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()
@@ -1234,22 +1231,9 @@ def main(argv: list[str] | None = None) -> int:
                 fn()
         if started and not args.keep:  # never another run's cluster
             cluster_down(state)
-        if started:
+        if started:  # a second cluster
             name = "6b-hpa-fields-gate-off"
-            say(f"scenario {name} (a second cluster) ...")
-            t = time.monotonic()
-            try:
-                figures = hpa_tolerance_gate_off(out)
-                results[name] = {
-                    "passed": True,
-                    "seconds": round(time.monotonic() - t, 1),
-                    **figures,
-                }
-                say(f"PASS {name}: {json.dumps(figures)}")
-            except Exception as e:
-                results[name] = {"passed": False, "error": str(e)}
-                say(f"FAIL {name}: {e}")
-                traceback.print_exc()
+            results[name] = run_scenario(name, partial(hpa_tolerance_gate_off, out))
         report["total_s"] = round(time.monotonic() - t_start, 1)
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
         say(f"report: {out / 'report.json'}")

@@ -28,7 +28,7 @@ from scaler.config import load_config
 from scaler.core.decision import ServiceDecision
 from tests.support.exposition import ExpositionServer, vllm_exposition
 from tests.support.paths import FIXTURES
-from tests.support.scaler import Client, wait_for, write_config
+from tests.support.scaler import Client, ask_once, wait_for, write_config
 
 
 async def settle(env: Env, cycles: int = 5) -> int:
@@ -291,14 +291,7 @@ def test_sigterm_drains_and_exits_0(
         port = int(m.group(1)) if m else None
     assert port, "".join(lines)
 
-    async def ask() -> int:
-        c = Client(port)
-        try:
-            return await c.value(service="chat")
-        finally:
-            await c.channel.close()
-
-    assert asyncio.run(ask()) == 1
+    assert ask_once(port, service="chat") == 1
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, "".join(lines) + out

@@ -5,7 +5,6 @@ without the saved state starts from the replicas that exist, as before."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from tests.support.exposition import ExpositionServer, vllm_exposition
-from tests.support.scaler import Client, write_config
+from tests.support.scaler import ask_once, write_config
 from tests.test_app import _serve
 
 STABILIZATION_S = 600
@@ -38,14 +37,7 @@ def _port(proc: subprocess.Popen[str], lines: list[str]) -> int:
 
 
 def _ask(port: int) -> int:
-    async def once() -> int:
-        c = Client(port)
-        try:
-            return await c.value(service="chat")
-        finally:
-            await c.channel.close()
-
-    return asyncio.run(once())
+    return ask_once(port, service="chat")
 
 
 def _stop(proc: subprocess.Popen[str], lines: list[str]) -> str:

@@ -602,6 +602,18 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             return False
 
+    def _servable(self, route: tuple[_Store, str | None, str | None] | None, path: str) -> bool:
+        """False after answering 404 (unknown path) or an injected failure; reads and
+        writes share this."""
+        if route is None:
+            self._error(404, f"the server could not find the requested resource ({path})")
+            return False
+        failure = self.fake._take_failure(route[0].resource.plural)
+        if failure is not None:
+            self._error(failure, f"injected failure {failure}")
+            return False
+        return True
+
     def do_GET(self) -> None:
         fake = self.fake
         url = urlsplit(self.path)
@@ -613,14 +625,10 @@ class _Handler(BaseHTTPRequestHandler):
                 Request("GET", url.path, route[0].resource.plural if route else None, watch, query)
             )
             gens = (fake._close_gen, fake._expire_gen)
-        if route is None:
-            self._error(404, f"the server could not find the requested resource ({url.path})")
+        if not self._servable(route, url.path):
             return
+        assert route is not None
         st, ns, name = route
-        failure = fake._take_failure(st.resource.plural)
-        if failure is not None:
-            self._error(failure, f"injected failure {failure}")
-            return
         try:
             lab = label_matcher(query.get("labelSelector", ""))
             fld = field_matcher(query.get("fieldSelector", ""))
@@ -679,14 +687,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as e:
             self._error(400, f"body is not JSON: {e}")
             return
-        if route is None:
-            self._error(404, f"the server could not find the requested resource ({url.path})")
+        if not self._servable(route, url.path):
             return
+        assert route is not None
         st, ns, name = route
-        failure = fake._take_failure(st.resource.plural)
-        if failure is not None:
-            self._error(failure, f"injected failure {failure}")
-            return
         meta = body.get("metadata") or {}
         if st.resource.namespaced:
             meta["namespace"] = ns or meta.get("namespace") or "default"

@@ -52,6 +52,20 @@ class Client:
         return resp.metricValues[0].metricValue
 
 
+def ask_once(port: int, **metadata: str) -> int:
+    """One GetMetrics through a fresh channel, from synchronous test code (a scaler in
+    another process)."""
+
+    async def once() -> int:
+        c = Client(port)
+        try:
+            return await c.value(**metadata)
+        finally:
+            await c.channel.close()
+
+    return asyncio.run(once())
+
+
 async def wait_for(pred: Callable[[], object], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
