@@ -86,6 +86,32 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         "chart's contract); default: they lose the work since their last checkpoint",
     )
     p.add_argument(
+        "--research-grace",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a preempted research pod holds its GPUs this long (the chart's research Job "
+        "terminationGracePeriodSeconds, default 600)",
+    )
+    p.add_argument("--no-slo", action="store_true", help="ours without an `slo:` objective")
+    p.add_argument("--no-forecast", action="store_true", help="ours without pool.forecast")
+    p.add_argument(
+        "--shuffle-days",
+        action="store_true",
+        help="the trace's days in a seeded random order (control: no daily pattern)",
+    )
+    p.add_argument(
+        "--score-from-day",
+        type=float,
+        default=None,
+        help="measure from this day on (default: 1 for runs longer than a day, else 0)",
+    )
+    p.add_argument(
+        "--oracle-headrooms",
+        default="1,1.15,1.3,1.5",
+        help="the oracle is run at each headroom (replicas = demand x h / capacity)",
+    )
+    p.add_argument(
         "--burst",
         choices=("empirical", "poisson"),
         default="empirical",
@@ -123,7 +149,17 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         th = tuple(_threshold(kv) for kv in a.thresholds.split(",") if kv)
     except ValueError as e:
         p.error(f"--thresholds: {e}")
-    timing = PoolTiming(research_sigterm_checkpoint_s=a.checkpoint_on_sigterm)
+    try:
+        headrooms = tuple(float(x) for x in a.oracle_headrooms.split(",") if x)
+    except ValueError as e:
+        p.error(f"--oracle-headrooms: {e}")
+    if not headrooms or min(headrooms) <= 0:
+        p.error("--oracle-headrooms: at least one headroom, each > 0")
+    if a.score_from_day is not None and not 0 <= a.score_from_day < a.days:
+        p.error("--score-from-day must be in [0, --days)")
+    timing = PoolTiming(
+        research_grace_s=a.research_grace, research_sigterm_checkpoint_s=a.checkpoint_on_sigterm
+    )
     scn = Scenario(
         timing=timing,
         ours_thresholds=th,
@@ -140,6 +176,11 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         slo_ttft_s=a.slo,
         reserve_gpus=a.reserve_gpus,
         burst=a.burst,
+        ours_slo=not a.no_slo,
+        ours_forecast=not a.no_forecast,
+        shuffle_days=a.shuffle_days,
+        score_from_day=a.score_from_day,
+        oracle_headrooms=headrooms,
     )
     return scn, a
 

@@ -80,3 +80,26 @@ def test_ours_runs_the_server_policy_and_gives_gpus_back_on_the_ramp() -> None:
     assert np.asarray(s.research)[(t > 600) & (t < 1800)].max() >= 8
     assert res.ledger.preemptions > 0
     assert float(np.mean(res.ttft <= 2.0)) > 0.9
+
+
+def test_measure_from_scores_only_the_later_part() -> None:
+    w = make_workload(
+        STEP, start_s=3600.0, duration_s=4500.0, peak_rps=4.0, rng=np.random.default_rng(1),
+        lead_in_s=600.0,
+    )  # fmt: skip
+    scn = SCN
+    pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -600.0, 4500.0)
+
+    def sim(measure_from: float) -> PolicyResult:
+        return simulate_policy(
+            pols["static-peak"], w, spec=scn.spec, pool_gpus=scn.pool_gpus,
+            gpus_per_node=scn.gpus_per_node, classes=list(scn.classes), t_start=-600.0,
+            t_end=4500.0, initial_replicas=4, seed=1, measure_from=measure_from,
+        )  # fmt: skip
+
+    whole, later = sim(0.0), sim(1800.0)
+    assert later.arrival.min() >= 1800.0 and whole.arrival.min() < 1800.0
+    assert later.arrival.size == np.count_nonzero(whole.arrival >= 1800.0)
+    assert later.ledger.t0 == 1800.0
+    # Static: the inference GPUs are held all along, so the GPU-seconds scale with the span.
+    assert later.inference_gpu_s == pytest.approx(whole.inference_gpu_s * 2700 / 4500)

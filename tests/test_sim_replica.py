@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from scaler.sim.profile import ReplicaSpec
-from scaler.sim.replica import Replica, ReplicaPool, RequestLog, Router
+from scaler.sim.replica import TTFT_BOUNDS, Replica, ReplicaPool, RequestLog, Router
 
 # Llama-3-70B: 80 layers, hidden 8192, 8 KV heads × 128 dims, bf16.
 LAYERS, HIDDEN, TP = 80, 8192, 4
@@ -185,3 +185,37 @@ def test_restart_resets_counters_and_process_start() -> None:
     pool.start(0, 50.0)
     s = pool.sample(0)
     assert (s.prompt_tokens_total, s.process_start_seconds) == (0.0, 50.0)
+
+
+def test_ttft_histogram_counts_each_first_token_once_in_its_bucket() -> None:
+    log = RequestLog()
+    pool = ReplicaPool(ReplicaSpec(), 1, log)
+    pool.start(0, 0.0)
+    pool.enqueue(0, [log.add(0.0, 4000, 50) for _ in range(40)])  # a backlog: TTFTs spread
+    for k in range(30):
+        pool.step(float(k), 1.0)
+    s = pool.sample(0).ttft_buckets
+    assert s is not None and [le for le, _ in s] == list(TTFT_BOUNDS)
+    counts = [c for _, c in s]
+    assert counts == sorted(counts)  # cumulative
+    first = log.first_token[: log.n]
+    ttft = first[~np.isnan(first)] - log.arrival[: log.n][~np.isnan(first)]
+    assert 0 < ttft.size < 40 and counts[-1] == ttft.size  # still-queued ones not observed
+    for le, c in s:
+        assert c == np.count_nonzero(ttft <= le)
+
+
+def test_ttft_histogram_restarts_with_the_process() -> None:
+    log = RequestLog()
+    pool = ReplicaPool(ReplicaSpec(), 1, log)
+    pool.start(0, 0.0)
+    pool.enqueue(0, [log.add(0.0, 100, 1)])
+    pool.step(0.0, 1.0)
+    pool.step(1.0, 1.0)
+    before = pool.sample(0).ttft_buckets
+    assert before is not None and before[-1][1] == 1.0
+    pool.drain(0)
+    pool.stop(0)
+    pool.start(0, 50.0)
+    after = pool.sample(0).ttft_buckets
+    assert after is not None and after[-1][1] == 0.0

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from scaler.sim.engine import PolicyResult, simulate_policy
-from scaler.sim.report import policy_metrics, write
+from scaler.sim.report import oracle_at, policy_metrics, write
 from scaler.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
 from scaler.sim.workload import RateCurve, make_workload
 
@@ -49,6 +50,8 @@ KEYS = {
     "inference_gpu_hours",
     "harvested_gpu_hours",
     "oracle_share",
+    "oracle_harvest_at_equal_attainment_gpu_hours",
+    "share_of_oracle_at_equal_attainment",
     "lost_gpu_hours",
     "preemptions",
     "replica_changes",
@@ -79,6 +82,64 @@ def test_unserved_requests_count_as_misses_with_a_lower_bound() -> None:
     res = run("static-peak")
     res.ttft = np.array([0.5, 3.0, 100.0, 1.0])  # 100: no first token, end − arrival
     res.arrival = np.array([0.0, 10.0, 1700.0, 1799.5])  # the last arrived < SLO before end
-    m = policy_metrics(res, 2.0, 1.0)
+    m = policy_metrics(res, 2.0, 1.0, (np.array([0.9]), np.array([1.0])))
     assert m["slo_attainment"] == 1 / 3  # the last one is not decided yet
     assert m["ttft_p99_s"] > 90.0
+
+
+# The oracle swept over headrooms: (attainment, harvest) points -> its harvest at a given
+# attainment. Points are (attainment, GPU-h).
+FRONTIER_CASES = [
+    ("between-two-headrooms-linear", [(0.95, 100.0), (0.99, 80.0)], 0.97, 90.0),
+    ("above-the-best-attainment-clamps-high", [(0.95, 100.0), (0.99, 80.0)], 0.995, 80.0),
+    ("below-the-worst-attainment-clamps", [(0.95, 100.0), (0.99, 80.0)], 0.90, 100.0),
+    # A point with more attainment AND more harvest dominates the one before it.
+    ("dominated-point-lifted", [(0.95, 70.0), (0.97, 90.0), (0.99, 80.0)], 0.95, 90.0),
+    ("no-oracle-run", [], 0.97, 0.0),
+]
+
+
+@pytest.mark.parametrize(
+    ("points", "at", "want"),
+    [pytest.param(p, a, w, id=i) for i, p, a, w in FRONTIER_CASES],
+)
+def test_oracle_harvest_at_equal_attainment(
+    points: list[tuple[float, float]], at: float, want: float
+) -> None:
+    att = np.asarray([a for a, _ in points])
+    h = np.asarray([x for _, x in points])
+    env = np.maximum.accumulate(h[::-1])[::-1] if h.size else h
+    assert oracle_at((att, env), at) == pytest.approx(want)
+
+
+def test_oracle_frontier_from_a_run_is_non_increasing() -> None:
+    from scaler.sim.report import oracle_frontier
+
+    scn = Scenario(
+        pool_gpus=16, gpus_per_replica=4, reserve_gpus=4, warmup_s=300, oracle_headrooms=(1.0, 2.0)
+    )
+    w = make_workload(
+        FLAT, start_s=0.0, duration_s=1800.0, peak_rps=2.0, rng=np.random.default_rng(3),
+        lead_in_s=300.0,
+    )  # fmt: skip
+    pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -300.0, 1800.0)
+    assert set(pols) >= {"oracle", "oracle×2"}
+    lo, hi = pols["oracle"], pols["oracle×2"]
+    assert hi.target(900.0) >= 2 * lo.target(900.0) - 1  # twice the demand, rounded up
+    results = {
+        n: simulate_policy(
+            pols[n],
+            w,
+            spec=scn.spec,
+            pool_gpus=16,
+            gpus_per_node=8,
+            classes=list(scn.classes),
+            t_start=-300.0,
+            t_end=1800.0,
+            initial_replicas=2,
+            seed=1,
+        )
+        for n in ("oracle", "oracle×2")
+    }
+    att, env = oracle_frontier(ScenarioRun(scn, CAL, 4.0, 1, results, 4, pool_config(scn, CAL)))
+    assert att.size == 2 and np.all(np.diff(att) >= 0) and np.all(np.diff(env) <= 0)

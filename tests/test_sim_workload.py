@@ -88,3 +88,26 @@ def test_span_outside_the_trace_is_an_error() -> None:
             peak_rps=1.0,
             rng=np.random.default_rng(0),
         )
+
+
+def test_shuffled_days_keep_each_day_whole_and_every_day_once() -> None:
+    from scaler.sim.workload import shuffle_days
+
+    curve = load_curve("azure-code-week")
+    sh = shuffle_days(curve, np.random.default_rng(5))
+    days = int(curve.span_s // DAY)
+    assert sh.t.size == days * 1440 and sh.window_s == 60.0
+    per_min = np.interp(sh.t + 30.0, curve.t + curve.window_s / 2, curve.rate).reshape(days, -1)
+    got = sh.rate.reshape(days, -1)
+    order = [int(x) for x in sh.name.split(": ")[1].rstrip(")").split(",")]
+    assert sorted(order) == list(range(days)) and order != list(range(days))
+    for i, d in enumerate(order):
+        assert np.array_equal(got[i], per_min[d])  # a whole day, unchanged
+
+
+def test_shuffling_a_single_day_is_an_error() -> None:
+    from scaler.sim.workload import RateCurve, shuffle_days
+
+    one = RateCurve("one", np.array([0.0]), np.array([1.0]), None, None, DAY, "conv")
+    with pytest.raises(ValueError, match="nothing to shuffle"):
+        shuffle_days(one, np.random.default_rng(0))

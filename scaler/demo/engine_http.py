@@ -15,8 +15,14 @@ import socket
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from scaler.core.load import EngineSample
 
@@ -75,6 +81,16 @@ class EngineCollector(Collector):
             c = CounterMetricFamily(name, doc, labels=labels)
             c.add_metric(values, total or 0.0, created=self._started_at)
             yield c
+        if s.ttft_buckets is not None:
+            h = HistogramMetricFamily(
+                "vllm:time_to_first_token_seconds",
+                "Histogram of time to first token in seconds.",
+                labels=labels,
+            )
+            # No `_sum`: the simulated replica keeps per-bucket counts only (the scaler
+            # reads the buckets).
+            h.add_metric(values, [(floatToGoString(le), c) for le, c in s.ttft_buckets], None)
+            yield h
 
 
 class EngineServer:

@@ -29,7 +29,9 @@ class PoolTiming:
     scrape_interval_s: float = 5.0  # our control loop (scrape.intervalSeconds)
     hpa_sync_s: float = 15.0  # --horizontal-pod-autoscaler-sync-period
     keda_polling_s: float = 30.0  # ScaledJob pollingInterval
-    research_grace_s: float = 30.0  # a preempted research pod holds its GPUs this long
+    # A preempted research pod holds its GPUs this long: the chart's research Job
+    # terminationGracePeriodSeconds (600), all of it (the worst case for inference).
+    research_grace_s: float = 600.0
     # None: it does not checkpoint on SIGTERM (loses work since its last checkpoint).
     # Else: it writes a checkpoint on SIGTERM, taking this long (GPUs held until done).
     research_sigterm_checkpoint_s: float | None = None
@@ -90,8 +92,10 @@ def simulate_policy(
     seed: int,
     timing: PoolTiming | None = None,
     progress: Callable[[float], None] | None = None,
+    measure_from: float = 0.0,
 ) -> PolicyResult:
-    """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure [0, t_end)."""
+    """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure
+    [measure_from, t_end) (multi-day runs: from the second day, once ours has history)."""
     tm = timing or PoolTiming()
     svc = policy.cfg.inference[0]
     pods = Pods(
@@ -100,7 +104,7 @@ def simulate_policy(
         lifecycle=tm.lifecycle(svc.gpusPerReplica, spec.cold_start_s),
         classes=classes,
         seed=seed,
-        ledger=Ledger(0.0, t_end),
+        ledger=Ledger(measure_from, t_end),
     )
     held = pods.cluster.held
     log = RequestLog.of(workload.arrival, workload.prompt, workload.output)
@@ -169,7 +173,7 @@ def simulate_policy(
             else:
                 want = policy.direct_replicas(v)
             if want is not None and want != spec_replicas:
-                if now >= 0:
+                if now >= measure_from:
                     changes += abs(want - spec_replicas)
                 spec_replicas = want
         if k % every["keda"] == 0:
@@ -180,7 +184,7 @@ def simulate_policy(
 
         # Every replica serves for dt.
         pool.step(now, tm.dt_s)
-        if now >= 0:
+        if now >= measure_from:
             inf_gpu_s += held["inference"] * tm.dt_s
             res_gpu_s += held["research"] * tm.dt_s
         if k % every["rec"] == 0:
@@ -199,7 +203,7 @@ def simulate_policy(
     ledger = pods.ledger
     for job in pods.running:  # still running at the end: its progress so far counts
         ledger.useful_gpu_s += job.cls.gpus * ledger.clip(job.run_from, t_end)
-    m = (workload.arrival >= 0) & (workload.arrival < t_end)
+    m = (workload.arrival >= measure_from) & (workload.arrival < t_end)
     arr = workload.arrival[m]
     first = log.first_token[: log.n][m]
     ttft = np.where(np.isnan(first), t_end - arr, first - arr)

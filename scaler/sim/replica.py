@@ -22,7 +22,9 @@ model of vLLM's scheduler:
   recompute): back to the front of the queue, counted in `num_preemptions_total`.
 
 Resolution: admission and queue times are quantised to the step (1 s); TTFT of admitted
-requests is continuous. The gauges/counters are the ones vLLM exports (`sample`).
+requests is continuous. The gauges/counters are the ones vLLM exports (`sample`), with the
+`vllm:time_to_first_token_seconds` histogram on vLLM's default bounds: as in vLLM, a
+request is observed only when its first token appears (one still queued is not in it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,13 @@ from scaler.sim.profile import ReplicaSpec
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 _EPS = 1e-9
+# vLLM's default `vllm:time_to_first_token_seconds` bucket bounds (+Inf last), as in the
+# vendored vLLM 0.32 capture (tests/data/vllm-0.32.0-cpu).
+TTFT_BOUNDS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0, float("inf"),
+)  # fmt: skip
+_TTFT_LE = np.asarray(TTFT_BOUNDS)
 
 
 class RequestLog:
@@ -126,6 +135,7 @@ class ReplicaPool:
         self.gen_total = np.zeros(rows)
         self.preempt_total = np.zeros(rows)
         self.busy_s = np.zeros(rows)  # cumulative seconds with a forward pass running
+        self.ttft_hist = np.zeros((rows, len(TTFT_BOUNDS)))  # first tokens per bucket (not cum.)
         self.started_at = np.zeros(rows)
         self._order = 0.0
         self._hr = 0  # rows [0, _hr) may be up
@@ -140,6 +150,7 @@ class ReplicaPool:
         self._hr = max(self._hr, row + 1)
         self.prompt_total[row] = self.gen_total[row] = self.preempt_total[row] = 0.0
         self.busy_s[row] = 0.0
+        self.ttft_hist[row] = 0.0
         self.started_at[row] = now
 
     def drain(self, row: int) -> list[int]:
@@ -178,6 +189,9 @@ class ReplicaPool:
             generation_tokens_total=float(self.gen_total[row]),
             preemptions_total=float(self.preempt_total[row]),
             process_start_seconds=float(self.started_at[row]),
+            ttft_buckets=tuple(
+                zip(TTFT_BOUNDS, np.cumsum(self.ttft_hist[row]).tolist(), strict=True)
+            ),
         )
 
     # ---- dynamics --------------------------------------------------------------------
@@ -310,6 +324,11 @@ class ReplicaPool:
                 rids = rid[new_rows, new_cols]
                 first = log.first_token[rids]
                 log.first_token[rids] = np.where(np.isnan(first), t_first, first)
+                # The engine's TTFT histogram: each request once (a recompute-preempted one
+                # keeps its first token), measured from its arrival.
+                new = np.isnan(first)
+                le = np.searchsorted(_TTFT_LE, t_first[new] - log.arrival[rids[new]], side="left")
+                np.add.at(self.ttft_hist, (new_rows[new], le), 1.0)
                 # First token with the last chunk; then decode passes for the rest of the step.
                 new_extra = 1.0 + (now + dt - t_first) / t_dec[new_rows]
 

@@ -32,7 +32,14 @@ from scaler.sim.policies import (
 )
 from scaler.sim.profile import ReplicaSpec
 from scaler.sim.replica import ReplicaPool, RequestLog, Router
-from scaler.sim.workload import DAY, Workload, load_curve, make_workload, stationary_workload
+from scaler.sim.workload import (
+    DAY,
+    Workload,
+    load_curve,
+    make_workload,
+    shuffle_days,
+    stationary_workload,
+)
 
 DEFAULT_CLASSES = (
     ResearchClassSpec("eval", 1, median_hours=1.0, sigma=0.7, checkpoint_s=600),
@@ -67,6 +74,18 @@ class Scenario:
     # Ours' scaleDown.stabilizationSeconds; None: no `scaleDown:` key, the product's default.
     ours_scale_down_s: float | None = None
     adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
+    # Ours states the objective (`slo:` = slo_ttft_s at `attainment`) and uses the forecast
+    # (`pool.forecast`, research classes' checkpointIntervalSeconds); off = reactive only.
+    ours_slo: bool = True
+    ours_forecast: bool = True
+    # Whole days of the curve in a seeded random order (a control without a daily pattern).
+    shuffle_days: bool = False
+    # Multi-day runs score from this day on (the forecast has a day of history); None = 1
+    # for runs longer than a day, else 0.
+    score_from_day: float | None = None
+    # The oracle is run at each of these headrooms (replicas = demand × h / capacity): its
+    # attainment/harvest frontier, read at ours' attainment ("harvest at equal attainment").
+    oracle_headrooms: tuple[float, ...] = (1.0, 1.15, 1.3, 1.5)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
 
@@ -75,6 +94,13 @@ class Scenario:
         return ReplicaSpec(
             model_key=self.model, tp=self.gpus_per_replica, cold_start_s=self.cold_start_s
         )
+
+    @property
+    def score_from_s(self) -> float:
+        d = self.score_from_day
+        if d is None:
+            d = 1.0 if self.days > 1 else 0.0
+        return d * DAY
 
     @property
     def max_replicas(self) -> int:
@@ -136,9 +162,11 @@ def calibrate(scn: Scenario, kind: str) -> Calibration:
 def pool_config(scn: Scenario, cal: Calibration) -> Config:
     tps = scn.throughput_target_fraction * cal.per_replica_rps * cal.mean_tokens
     thresholds = {k: (round(tps) if v == "auto" else v) for k, v in scn.ours_thresholds}
-    svc_extra = {"thresholds": thresholds} if thresholds else {}
+    svc_extra: dict[str, Any] = {"thresholds": thresholds} if thresholds else {}
     sd = scn.ours_scale_down_s
     svc_scale_down = {} if sd is None else {"scaleDown": {"stabilizationSeconds": sd}}
+    if scn.ours_slo:
+        svc_extra["slo"] = {"ttftSeconds": scn.slo_ttft_s, "attainment": scn.attainment}
     return parse_config(
         {
             "pool": {
@@ -149,6 +177,10 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                     "enabled": scn.adaptive_reserve_max_gpus > 0,
                     "maxGPUs": scn.adaptive_reserve_max_gpus,
                     "leadTimeSeconds": scn.cold_start_s + scn.timing.research_grace_s,
+                },
+                "forecast": {
+                    "enabled": scn.ours_forecast,
+                    "researchGraceSeconds": scn.timing.research_grace_s,
                 },
             },
             "scrape": {
@@ -169,7 +201,13 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                 }
             ],
             "research": [
-                {"name": c.name, "gpusPerJob": c.gpus, "weight": c.weight, "maxJobs": c.max_jobs}
+                {
+                    "name": c.name,
+                    "gpusPerJob": c.gpus,
+                    "weight": c.weight,
+                    "maxJobs": c.max_jobs,
+                    "checkpointIntervalSeconds": c.checkpoint_s,
+                }
                 for c in scn.classes
             ],
         },
@@ -186,6 +224,7 @@ class ScenarioRun:
     results: dict[str, PolicyResult]
     static_replicas: int
     config: Config
+    trace_name: str = ""  # the curve's name (with the day order when shuffled)
 
 
 def make_policies(
@@ -199,7 +238,6 @@ def make_policies(
         scn.cold_start_s + scn.timing.research_grace_s + 60.0,
         max(c.checkpoint_s for c in scn.classes),
     )
-    need = oracle_need(w.rate_t, w.rate, t0, t1, cal.per_replica_rps, lead, 1, scn.max_replicas)
     cap = scn.pool_gpus
     # Ours: the chart sets behavior tolerance (default 0) and no HPA scale-down window (the
     # policy stabilizes itself); baselines get Kubernetes' defaults.
@@ -211,9 +249,26 @@ def make_policies(
         ),
         "queue-threshold": QueueThreshold("queue-threshold", cfg, cap),
         "gpu-util-hpa": GpuUtilHpa("gpu-util-hpa", cfg, cap),
-        "oracle": Oracle("oracle", cfg, cap, need_at=need, t0=t0),
     }
+    for h in scn.oracle_headrooms:
+        need = oracle_need(
+            w.rate_t, w.rate * h, t0, t1, cal.per_replica_rps, lead, 1, scn.max_replicas
+        )
+        pols[oracle_name(h)] = Oracle(oracle_name(h), cfg, cap, need_at=need, t0=t0)
     return pols, static_n
+
+
+def oracle_name(headroom: float) -> str:
+    """`oracle` at headroom 1, else e.g. `oracle×1.3`."""
+    return "oracle" if headroom == 1.0 else f"oracle×{headroom:g}"
+
+
+def expand_policies(scn: Scenario, names: tuple[str, ...]) -> tuple[str, ...]:
+    """`oracle` stands for the oracle at every headroom of the scenario."""
+    out: list[str] = []
+    for n in names:
+        out += [oracle_name(h) for h in scn.oracle_headrooms] if n == "oracle" else [n]
+    return tuple(dict.fromkeys(out))
 
 
 def run_scenario(
@@ -223,6 +278,8 @@ def run_scenario(
     jobs: int = 1,
 ) -> ScenarioRun:
     curve = load_curve(scn.trace)
+    if scn.shuffle_days:
+        curve = shuffle_days(curve, np.random.default_rng([scn.seed, 5]))
     pool_config(scn, Calibration(1.0, 1, 1.0, 1.0, 0.0))  # bad thresholds fail before the work
     cal = calibrate(scn, curve.lengths)
     peak = cal.per_replica_rps * scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica
@@ -238,10 +295,11 @@ def run_scenario(
     )
     cfg = pool_config(scn, cal)
     pols, static_n = make_policies(scn, cfg, cal, w, t0, t1)
+    policies = expand_policies(scn, policies)
     unknown = set(policies) - set(pols)
     if unknown:
         raise ValueError(f"unknown policies {sorted(unknown)}; known: {', '.join(pols)}")
-    oracle = pols["oracle"]
+    oracle = pols[oracle_name(scn.oracle_headrooms[0])]
     assert isinstance(oracle, Oracle)
     init = oracle.target(t0)
 
@@ -258,7 +316,7 @@ def run_scenario(
     else:
         outs = [_simulate_task(t) for t in tasks]
     results = dict(zip(policies, outs, strict=True))
-    return ScenarioRun(scn, cal, peak, len(w), results, static_n, cfg)
+    return ScenarioRun(scn, cal, peak, len(w), results, static_n, cfg, curve.name)
 
 
 @dataclass(frozen=True)
@@ -294,6 +352,7 @@ def _simulate_task(task: _Task) -> PolicyResult:
         seed=scn.seed,
         timing=scn.timing,
         progress=(lambda f: report(name, f)) if report is not None else None,
+        measure_from=scn.score_from_s,
     )
     r.wall_s = time.monotonic() - t
     return r
@@ -317,6 +376,9 @@ def scenario_dict(run: ScenarioRun) -> dict[str, Any]:
     d["peak_rps"] = run.peak_rps
     d["requests"] = run.requests
     d["static_peak_replicas"] = run.static_replicas
+    d["score_from_s"] = s.score_from_s
+    d["oracle_headrooms"] = list(s.oracle_headrooms)
+    d["trace_name"] = run.trace_name
     svc = run.config.inference[0]
     d["ours_thresholds"] = svc.thresholds.model_dump()
     d["ours_scale_down_s"] = svc.scaleDown.stabilizationSeconds  # as applied (default or flag)

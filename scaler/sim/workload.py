@@ -111,6 +111,35 @@ TRACES: dict[str, Callable[[], RateCurve]] = {
 }
 
 
+def shuffle_days(curve: RateCurve, rng: np.random.Generator) -> RateCurve:
+    """The curve's whole days in a random order (a control without a daily pattern): the
+    curve resampled per minute, cut into days, the days permuted; a partial last day is
+    dropped."""
+    days = int(curve.span_s // DAY)
+    if days < 2:
+        raise ValueError(f"{curve.name} spans {curve.span_s / DAY:.2f} days: nothing to shuffle")
+    t = np.arange(0.0, days * DAY, 60.0)
+    centres = curve.t + curve.window_s / 2
+    order = rng.permutation(days)
+
+    def per_minute(x: FloatArray | None) -> FloatArray | None:
+        if x is None:
+            return None
+        return np.asarray(np.interp(t + 30.0, centres, x).reshape(days, -1)[order].ravel())
+
+    rate = per_minute(curve.rate)
+    assert rate is not None
+    return RateCurve(
+        f"{curve.name} (days shuffled: {','.join(map(str, order))})",
+        t,
+        rate,
+        per_minute(curve.low),
+        per_minute(curve.high),
+        60.0,
+        curve.lengths,
+    )
+
+
 def load_curve(name: str) -> RateCurve:
     try:
         return TRACES[name]()
