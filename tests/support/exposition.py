@@ -63,11 +63,17 @@ def vllm_exposition(
     engines: int = 1,
     prompt: float = 0.0,
     generation: float = 0.0,
+    ttft: tuple[float, float] | None = None,
 ) -> str:
-    """The real idle capture with the load gauges rewritten (keeps every other family)."""
+    """The real idle capture with the load gauges rewritten (keeps every other family).
+
+    `ttft` (fast, slow): cumulative requests whose first token came within 0.5 s and after
+    2.5-5 s, written into the capture's own `vllm:time_to_first_token_seconds` buckets."""
     base = (FIXTURES / "metrics_idle.txt").read_text()
     lines = []
     for line in base.splitlines():
+        if ttft is not None and line.startswith(_TTFT):
+            line = _ttft_line(line, *ttft)
         for name, value in (
             ("vllm:num_requests_waiting{", waiting),
             ("vllm:num_requests_running{", running),
@@ -80,3 +86,20 @@ def vllm_exposition(
                 line = f"{name[:-1]}{labels} {value}"
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+_TTFT = "vllm:time_to_first_token_seconds_"
+
+
+def _ttft_line(line: str, fast: float, slow: float) -> str:
+    head = line[: line.index("}") + 1]
+    if line.startswith(_TTFT + "bucket{"):
+        le = float(head.split('le="', 1)[1].split('"', 1)[0])  # "+Inf" parses as inf
+        value = 0.0 if le < 0.5 else fast if le < 5.0 else fast + slow
+    elif line.startswith(_TTFT + "count{"):
+        value = fast + slow
+    elif line.startswith(_TTFT + "sum{"):
+        value = 0.4 * fast + 4.0 * slow
+    else:
+        return line
+    return f"{head} {value}"
