@@ -57,6 +57,37 @@ def test_within_interpolates_like_histogram_quantile(b: Buckets, x: float, expec
 
 
 @pytest.mark.parametrize(
+    ("x", "expected"),
+    [
+        pytest.param(2.0, (1.0, 2.5), id="inside-a-bucket"),
+        pytest.param(2.5, None, id="on-a-bound-exact"),
+        pytest.param(0.25, (0.0, 0.5), id="first-bucket-from-zero"),
+        pytest.param(100.0, (5.0, INF), id="beyond-the-last-finite-bound"),
+    ],
+)
+def test_bracket_names_the_bucket_an_objective_is_interpolated_in(
+    x: float, expected: tuple[float, float] | None
+) -> None:
+    assert histogram.bracket(hist(10, 20, 30, 40, 40), x) == expected
+
+
+def test_explain_says_when_the_objective_is_interpolated() -> None:
+    from scaler.core.policy import format_slo
+
+    svc = make_svc()
+    assert svc.slo is not None
+    load = make_load(hist(50, 90, 100, 100, 100), 20.0)
+    w = observe(svc.slo, load, (), 5.0)
+    _, status = verdict(svc, load, w, None, None, 5.0)
+    assert status.bucket == (1.0, 2.5)
+    assert "inside the engine's (1, 2.5] s bucket" in format_slo(status)
+    on_bound = make_svc(ttftSeconds=2.5)
+    assert on_bound.slo is not None
+    _, status = verdict(on_bound, load, observe(on_bound.slo, load, (), 5.0), None, None, 5.0)
+    assert status.bucket is None and "interpolated" not in format_slo(status)
+
+
+@pytest.mark.parametrize(
     ("prev", "cur", "expected"),
     [
         pytest.param(hist(1, 2, 3, 4, 4), hist(2, 4, 6, 8, 9), hist(1, 2, 3, 4, 5), id="growth"),

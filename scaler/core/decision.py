@@ -40,6 +40,9 @@ class SloStatus:
     requests_per_s: float | None  # first tokens per second over the window
     itl_s: float | None = None  # inter-token latency objective, if set
     itl_attainment: float | None = None
+    # The exported bucket that holds ttft_s strictly inside (attainment interpolated there);
+    # None: ttft_s is a bucket bound (measured exactly) or no histogram this cycle.
+    bucket: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)

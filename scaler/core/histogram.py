@@ -86,3 +86,18 @@ def within(b: Buckets, x: float) -> float:
         frac = (x - lo_le) / width if width > 0 else 1.0
         return lo_c + (c - lo_c) * min(1.0, max(0.0, frac))
     return lo_c
+
+
+def bracket(b: Buckets, x: float) -> tuple[float, float] | None:
+    """The bucket (lower, upper bound) that holds `x` strictly inside; None when `x` is a
+    bound (measured exactly). Inside, `within` interpolates: with vLLM's TTFT bounds
+    (..., 1.0, 2.5, ...) a 2-s objective is an estimate that can be off by points (the
+    requests are rarely spread evenly across a bucket)."""
+    lo = 0.0
+    for le, _ in b:
+        if x == le:
+            return None
+        if x < le:
+            return (lo, le)
+        lo = le
+    return None

@@ -526,4 +526,12 @@ def format_slo(s: SloStatus) -> str:
         line += f"; inter-token <= {s.itl_s:g} s: {itl}"
     rate = "-" if s.requests_per_s is None else f"{s.requests_per_s:.3g}"
     cap = "not learned yet" if s.capacity_rps is None else f"{s.capacity_rps:.3g} req/s/replica"
-    return line + f"; {rate} req/s; capacity at the objective {cap}"
+    line += f"; {rate} req/s; capacity at the objective {cap}"
+    if s.bucket is not None:
+        lo, hi = s.bucket
+        line += (
+            f"; {s.ttft_s:g} s lies inside the engine's ({lo:g}, {hi:g}] s bucket: the "
+            f"attainment is interpolated, an estimate (state the objective on a bucket bound, "
+            f"e.g. {hi:g} s, to measure it exactly)"
+        )
+    return line

@@ -154,6 +154,7 @@ def verdict(
         requests_per_s=m.rps,
         itl_s=slo.itlSeconds,
         itl_attainment=m.itl_attainment,
+        bucket=None if load.ttft is None else histogram.bracket(load.ttft, slo.ttftSeconds),
     )
     value = m.attainment if m.attainment is not None else 1.0
     if m.attainment is None:
