@@ -49,6 +49,7 @@ KEYS = {
     "queue_p99_s",
     "inference_gpu_hours",
     "harvested_gpu_hours",
+    "slo_attainment_as_histogram_reads_it",
     "oracle_share",
     "oracle_harvest_at_equal_attainment_gpu_hours",
     "share_of_oracle_at_equal_attainment",
@@ -143,3 +144,21 @@ def test_oracle_frontier_from_a_run_is_non_increasing() -> None:
     }
     att, env = oracle_frontier(ScenarioRun(scn, CAL, 4.0, 1, results, 4, pool_config(scn, CAL)))
     assert att.size == 2 and np.all(np.diff(att) >= 0) and np.all(np.diff(env) <= 0)
+
+
+@pytest.mark.parametrize(
+    ("ttft", "slo", "want"),
+    [
+        # 2 s inside (1, 2.5]: 2 of 4 are within 2 s, the histogram has 1 at <= 1 s and 3
+        # in (1, 2.5] -> 1 + 3 x 2/3 = 3 of 4: it overstates here (it can understate too).
+        pytest.param([0.5, 1.1, 2.2, 2.4], 2.0, 3 / 4, id="interpolated"),
+        pytest.param([0.5, 1.2, 1.9, 3.0], 2.5, 3 / 4, id="on-a-bound-exact"),
+    ],
+)
+def test_attainment_as_vllms_histogram_reads_it(ttft: list[float], slo: float, want: float) -> None:
+    from scaler.sim.report import histogram_attainment
+
+    res = run("static-peak")
+    res.ttft = np.asarray(ttft)
+    res.arrival = np.zeros(len(ttft))
+    assert histogram_attainment(res, slo) == pytest.approx(want)

@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from scaler.core import histogram
 from scaler.sim.engine import PolicyResult
+from scaler.sim.replica import TTFT_BOUNDS
 from scaler.sim.scenario import ScenarioRun, oracle_name, scenario_dict
 
 
@@ -44,6 +46,17 @@ def oracle_at(frontier: tuple[np.ndarray, np.ndarray], a: float) -> float:
     return float(np.interp(a, att, env))
 
 
+def histogram_attainment(r: PolicyResult, slo_s: float) -> float:
+    """The attainment the scaler reads off vLLM's TTFT histogram (interpolated when `slo_s`
+    is not a bucket bound): how far its measurement is from the truth above."""
+    decided = r.ttft[r.arrival < r.ledger.t1 - slo_s]
+    if not decided.size:
+        return 0.0
+    s = np.sort(decided)
+    b = tuple((le, float(np.searchsorted(s, le, side="right"))) for le in TTFT_BOUNDS)
+    return histogram.within(b, slo_s) / decided.size
+
+
 def policy_metrics(
     r: PolicyResult, slo_s: float, oracle_harvest: float, frontier: tuple[np.ndarray, np.ndarray]
 ) -> dict[str, Any]:
@@ -53,6 +66,7 @@ def policy_metrics(
     at_equal = oracle_at(frontier, att)
     return {
         "slo_attainment": att,
+        "slo_attainment_as_histogram_reads_it": histogram_attainment(r, slo_s),
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p99_s": _pct(ttft, 99),
         "queue_p99_s": _pct(r.queue, 99),
@@ -135,10 +149,11 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         "policy's own attainment.",
         "",
         "| policy | requests served | TTFT p50 (s) | TTFT p99 (s) | within SLO "
-        f"({slo:g} s) | queue p99 (s) | inference GPU-h | research harvested GPU-h "
+        f"({slo:g} s) | as vLLM's histogram reads it | queue p99 (s) | inference GPU-h "
+        "| research harvested GPU-h "
         "| share of oracle | share of oracle at equal attainment "
         "| research lost GPU-h (% of harvested) | preemptions | replica changes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in run.results.items():
         m = data["policies"][name]
@@ -146,7 +161,8 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         lost_pct = f"{m['lost_gpu_hours'] / h:.1%}" if h > 0 else "–"
         lines.append(
             f"| {name} | {r.served:,} | {m['ttft_p50_s']:.2f} | {m['ttft_p99_s']:.2f} "
-            f"| {m['slo_attainment']:.2%} | {m['queue_p99_s']:.2f} "
+            f"| {m['slo_attainment']:.2%} | {m['slo_attainment_as_histogram_reads_it']:.2%} "
+            f"| {m['queue_p99_s']:.2f} "
             f"| {m['inference_gpu_hours']:.1f} | {h:.1f} | {m['oracle_share']:.1%} "
             f"| {m['share_of_oracle_at_equal_attainment']:.1%} "
             f"| {m['lost_gpu_hours']:.1f} ({lost_pct}) | {m['preemptions']} "
