@@ -128,6 +128,14 @@ IGNORED = {
         "slots, not 144",
     ),
     "top-level-list": ("[1, 2]", "document is not an object"),
+    "load-bin-out-of-range": (
+        saved(services__chat__policy__learned__bins=[[999, 1.0, 1.0]]),
+        "bins[0] is out of range",
+    ),
+    "load-bin-more-within-than-requests": (
+        saved(services__chat__policy__learned__bins=[[10, 5.0, 1.0]]),
+        "bins[0] is out of range",
+    ),
 }
 
 

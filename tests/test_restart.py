@@ -138,7 +138,7 @@ def _explain_without_state(path: Path, tmp_path: Path) -> str:
 # --- the slo signal's learned capacity and the forecast history ---------------------------
 
 SLOW_RPS = 100.0  # before the restart: every request misses the 2-s objective
-FAST_RPS = 400.0  # after it: every request meets it (nothing to learn a capacity from)
+FAST_RPS = 400.0  # after it: every request meets it (the failing load bin below stays)
 CAPACITY = re.compile(r"capacity at the objective ([\d.]+) req/s/replica")
 
 
@@ -219,7 +219,7 @@ def test_restart_keeps_learned_slo_capacity_and_forecast_history(
     _seed_history(path, state)
 
     # 1. Every request misses the objective on the one replica: the slo signal asks one
-    #    replica more and learns its capacity, 90 % of the ~100 req/s/replica served.
+    #    replica more and learns its capacity, 90 % of the ~100 req/s/replica load bin.
     lines: list[str] = []
     proc = _serve(path)
     try:
@@ -235,8 +235,9 @@ def test_restart_keeps_learned_slo_capacity_and_forecast_history(
         out = _stop(proc, lines)
     assert "forecast history of 1 service(s)" in out  # the seeded days, restored
 
-    # 2. Restarted under fast traffic only: no request misses the objective, so nothing
-    #    could relearn a capacity. Only the learned one sizes the service above 2: the slo
+    # 2. Restarted under fast traffic only: no request misses the objective; the restored
+    #    failing load bin (~100 req/s/replica) keeps the capacity below it, where the fast
+    #    requests (served at higher loads) cannot move it. It sizes the service above 2: the slo
     #    signal asks ceil(request rate / capacity), the rate climbing from ~100 (the restored
     #    window) towards 400 req/s; without a capacity it asks at most one replica more than
     #    the one that exists (2), while its window still holds the breach.
@@ -267,8 +268,10 @@ def test_restart_keeps_learned_slo_capacity_and_forecast_history(
         port = _port(proc, lines)
         _wait(lambda: state.exists())  # its own (empty-handed) memory
         text = _explain(path)
-        assert "capacity at the objective not learned yet" in text, text
+        # Under fast traffic only it learns from what it serves now (every load bin holds),
+        # never the capacity the breach taught before the restart.
+        assert f"capacity at the objective {m.group(1)} req/s/replica" not in text, text
         assert "forecast: no history yet" in text or "forecast: 0.0 of 1 days" in text, text
-        assert _ask(port) == 1
+        assert _ask(port) <= 2
     finally:
         _stop(proc, lines)

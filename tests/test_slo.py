@@ -25,7 +25,18 @@ from scaler.core.load import (
     TargetPhase,
 )
 from scaler.core.policy import PolicyState, decide, format_decision
-from scaler.core.slo import Learned, SloEntry, learn, measure, observe, verdict
+from scaler.core.slo import (
+    MAX_BIN,
+    Learned,
+    SloEntry,
+    bin_edge,
+    bin_of,
+    capacity_from,
+    learn,
+    measure,
+    observe,
+    verdict,
+)
 from scaler.core.tracker import TargetTracker
 from tests.support.paths import FIXTURES
 
@@ -361,126 +372,72 @@ def test_attainment_is_interpolated_over_the_window() -> None:
     assert [e.t for e in w] == [10.0]
 
 
-# window, capacity, changed_at, raised_at, starting, now, breach_rps (of the last breach,
-# at t=0) -> expected (capacity, changed_at)
-LEARN = {
-    "first-breach-learns-90pct-of-served-rate": (
-        entries(60, 9, 10, 6.0, 10),
-        None,
-        None,
-        None,
-        0,
-        295.0,
-        None,
-        (0.54, 295.0),
+def b(rate: float) -> int:
+    return bin_of(rate)
+
+
+# Load bins (per-replica req/s -> (requests within, requests)) -> capacity. The objective
+# is 99 % (min_requests 100): a bin fails when its own misses exceed 2 % (with >= 100
+# requests) or when all requests up to its load fall below 99 %.
+CAPACITY: dict[str, tuple[dict[int, tuple[float, float]], float | None]] = {
+    "nothing-yet": ({}, None),
+    "too-few-requests-to-tell": ({b(0.5): (50, 50)}, None),
+    "held-everywhere-proves-the-highest-bin": (
+        {b(0.2): (1000, 1000), b(0.5): (200, 200)},
+        bin_edge(b(0.5) + 1),
     ),
-    "breach-lowers-once-per-window": (
-        entries(60, 9, 10, 6.0, 10),
-        0.6,
-        100.0,
-        None,
-        0,
-        295.0,
-        None,
-        (0.6, 100.0),
+    "fails-above-capacity-is-the-last-bin-that-held": (
+        {b(0.2): (1000, 1000), b(0.5): (995, 1000), b(0.8): (900, 1000)},
+        bin_edge(b(0.5) + 1),
     ),
-    "breach-with-replicas-starting-waits": (
-        entries(60, 9, 10, 6.0, 10),
-        0.6,
-        None,
-        None,
-        2,
-        295.0,
-        None,
-        (0.6, None),
+    "lowest-bin-seen-fails-90pct-of-its-edge": (
+        {b(0.8): (900, 1000)},
+        bin_edge(b(0.8)) * 0.9,
     ),
-    "holding-at-higher-rate-proves-more": (
-        entries(60, 10, 10, 7.0, 10),
-        0.5,
-        None,
-        None,
-        0,
-        295.0,
-        None,
-        (0.7, 295.0),
+    # A burst: 5 misses in 1000 requests at a low load is within the objective (the old
+    # breach rule learned 90 % of that low load and over-provisioned for hours).
+    "a-burst-at-low-load-averages-out": ({b(0.3): (995, 1000)}, bin_edge(b(0.3) + 1)),
+    "sparse-high-bin-proves-nothing": (
+        {b(0.2): (1000, 1000), b(2.0): (20, 20)},
+        bin_edge(b(0.2) + 1),
     ),
-    "comfortable-full-window-probes-up": (
-        entries(61, 10, 10, 4.5, 10),
-        0.5,
-        None,
-        None,
-        0,
-        300.0,
-        None,
-        (0.51, 300.0),
-    ),
-    "probe-stops-below-the-last-breach": (
-        entries(61, 10, 10, 4.5, 10),
-        0.5,
-        None,
-        None,
-        0,
-        300.0,
-        0.52,
-        (0.5, None),
-    ),
-    "probe-up-to-95pct-of-the-last-breach": (
-        entries(61, 10, 10, 4.5, 10),
-        0.5,
-        None,
-        None,
-        0,
-        300.0,
-        0.53,
-        (0.5035, 300.0),
-    ),
-    "holding-without-capacity-learns-nothing": (
-        entries(61, 10, 10, 4.5, 10),
-        None,
-        None,
-        None,
-        0,
-        300.0,
-        None,
-        (None, None),
-    ),
-    "barely-holding-does-not-probe": (
-        entries(61, 99.4, 100, 4.5, 10),
-        0.5,
-        None,
-        None,
-        0,
-        300.0,
-        None,
-        (0.5, None),
-    ),
+    "cumulative-below-objective-fails": ({b(0.2): (985, 1000)}, bin_edge(b(0.2)) * 0.9),
 }
 
 
-@pytest.mark.parametrize(
-    ("window", "capacity", "changed_at", "raised_at", "starting", "now", "breach", "expected"),
-    LEARN.values(),
-    ids=LEARN.keys(),
-)
-def test_capacity_learning(
-    window: tuple[SloEntry, ...],
-    capacity: float | None,
-    changed_at: float | None,
-    raised_at: float | None,
-    starting: int,
-    now: float,
-    breach: float | None,
-    expected: tuple[float | None, float | None],
+@pytest.mark.parametrize(("bins", "expected"), CAPACITY.values(), ids=CAPACITY.keys())
+def test_capacity_from_attainment_by_load(
+    bins: dict[int, tuple[float, float]], expected: float | None
 ) -> None:
-    load = make_load(None, None, starting=starting)
-    prev = Learned(capacity, changed_at, breach, None if breach is None else 0.0)
-    got = learn(make_svc(), load, window, prev, raised_at, now)
-    cap, at = got.capacity_rps, got.changed_at
-    assert at == expected[1]
-    if expected[0] is None:
-        assert cap is None
-    else:
-        assert cap == pytest.approx(expected[0])
+    slo = make_svc().slo
+    assert slo is not None
+    got = capacity_from(slo, bins)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_bins_are_log_spaced_and_bounded() -> None:
+    assert bin_of(0.0) == 0 and bin_of(1e9) == MAX_BIN
+    for x in (0.01, 0.5, 3.0, 40.0):
+        k = bin_of(x)
+        assert bin_edge(k) <= x * (1 + 1e-9) < bin_edge(k + 1)
+
+
+def test_learn_counts_the_cycle_at_the_last_minutes_load_and_decays() -> None:
+    svc = make_svc()
+    # 12 cycles in the last minute at 6 req/s over 10 replicas: 0.6 per replica.
+    w = entries(13, 100, 100, 6.0, 10)
+    now = w[-1].t
+    got = learn(svc, make_load(None, None), w, Learned(), None, now)
+    assert got.bins == ((bin_of(0.6), 100.0, 100.0),) and got.binned_at == now
+    assert got.capacity_rps == pytest.approx(bin_edge(bin_of(0.6) + 1))
+    assert got.changed_at == now
+    # A cycle without a measurement adds nothing; a day later the counts are halved.
+    later = learn(svc, make_load(None, None), w, got, None, now + 86400.0)
+    assert later.bins == ((bin_of(0.6), 50.0, 50.0),)
+    assert later.capacity_rps is None  # 50 requests: too few to tell any more
+    # The same capacity again keeps when it last changed.
+    again = learn(svc, make_load(None, None), w, got, None, now)
+    assert again.capacity_rps == got.capacity_rps and again.changed_at == got.changed_at
 
 
 # --- through decide -------------------------------------------------------------------
@@ -501,15 +458,15 @@ def test_breach_raises_then_learns_capacity_and_sizes_from_it() -> None:
     out = run(svc, [bad] * 30)
     d0, _ = out[20]  # enough requests (100 per cycle) from the first cycle on
     assert out[0][0].desired == 11 and out[0][0].decided_by == "slo"
-    # learned: 90 % of the 0.6 req/s per replica served while breaching
+    # learned: the first load bin seen (0.6 req/s per replica) fails: 90 % of its edge
     cap = out[0][1].learned.capacity_rps
-    assert cap == pytest.approx(0.54)
-    # from then on sized from capacity: ceil(6 / 0.54) = 12 (and never a runaway)
-    assert {d.desired for d, _ in out[1:]} == {12}
+    assert cap == pytest.approx(bin_edge(bin_of(0.6)) * 0.9)
+    # from then on sized from capacity: ceil(6 / cap) (and never a runaway)
+    assert {d.desired for d, _ in out[1:]} == {math.ceil(6 / cap)}
     assert d0.slo is not None and d0.slo.attainment is not None and d0.slo.attainment < 0.99
     text = format_decision(d0)
     assert "slo: objective 99.00% of requests with TTFT <= 2 s" in text
-    assert "capacity at the objective 0.54 req/s/replica" in text
+    assert f"capacity at the objective {cap:.3g} req/s/replica" in text
 
 
 def test_slo_off_or_without_histogram_changes_nothing() -> None:

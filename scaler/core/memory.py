@@ -28,7 +28,7 @@ from scaler.config import Config
 from scaler.core.cycle import CycleState
 from scaler.core.forecast import DAY, History
 from scaler.core.policy import PolicyState
-from scaler.core.slo import Learned, SloEntry
+from scaler.core.slo import MAX_BIN, Learned, SloEntry
 
 KIND = "gpu-pool-scaler/state"
 VERSION = 1
@@ -69,6 +69,8 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
                 ],
                 "learned": {
                     "capacityRps": p.learned.capacity_rps,
+                    "bins": [list(b) for b in p.learned.bins],
+                    "binnedAt": w(p.learned.binned_at),
                     "changedAt": w(p.learned.changed_at),
                     "breachRps": p.learned.breach_rps,
                     "breachAt": w(p.learned.breach_at),
@@ -160,6 +162,17 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
             )
         )
     learned = _map(d.get("learned", {}), f"{name}.learned")
+    bins = []
+    for i, e in enumerate(_list(learned.get("bins", []), f"{name}.learned.bins")):
+        row = _list(e, f"{name}.learned.bins[{i}]")
+        if len(row) != 3:
+            raise Invalid(f"{name}.learned.bins[{i}] is not [bin, within, requests]")
+        k = _int(row[0], f"{name}.learned.bins[{i}]")
+        good = _num(row[1], "within", lo=0)
+        total = _num(row[2], "requests", lo=0)
+        if not 0 <= k <= MAX_BIN or good > total:
+            raise Invalid(f"{name}.learned.bins[{i}] is out of range")
+        bins.append((k, good, total))
     desired = d.get("desired")
     updated = t(d.get("updatedAt"), "updatedAt")
     if updated is None:
@@ -179,6 +192,8 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
             t(learned.get("changedAt"), "learned.changedAt"),
             _opt(learned.get("breachRps"), f"{name}.breachRps", lo=0),
             t(learned.get("breachAt"), "learned.breachAt"),
+            bins=tuple(sorted(bins)),
+            binned_at=t(learned.get("binnedAt"), "learned.binnedAt"),
         ),
     )
 

@@ -9,14 +9,18 @@ requests, the request rate and the ready replicas. The policy keeps the entries 
 
 * attainment = Σ within / Σ all over the window (None below `slo.min_requests`: too few
   requests to tell from noise, the slo signal then asks nothing and the others decide);
-* capacity: requests/s one ready replica serves at the objective, learned AIMD-style.
-  A breach (attainment below the objective on requests served after the last raise had
-  time to take effect) lowers it to 90 % of the per-replica rate served meanwhile, at most
-  once per window; a full window that holds comfortably (failures at most half of those
-  allowed) at >= 80 % of it raises it by 2 % per window, up to 95 % of the per-replica
-  rate of the last breach (for 6 h after it), and a window that holds at a higher
-  per-replica rate raises it to that rate. Unknown until the first breach: before that the
-  existing signals alone size the service;
+* capacity: requests/s one ready replica serves at the objective, read off the attainment
+  by load: every cycle's requests are counted (within, all) in the bin of the per-replica
+  load they were served at (the last minute's request rate over the replicas ready now;
+  log-spaced bins 10 % apart; counts decay with a 24-h half-life). Scanning the bins
+  upwards, the capacity is the top of the last bin that held before the first one that
+  fails (its own misses above twice the allowed share, or all requests up to its load
+  below the objective); see `capacity_from`. Counting requests, not windows, is what
+  makes it robust to bursts: a window that breaches on one burst at a low average load
+  adds a few misses to a bin of thousands, where the earlier rule (a breach sets the
+  capacity to 90 % of the window's rate) learned half the real capacity on the bench's
+  coding trace and over-provisioned for hours. Unknown until a bin has `min_requests`:
+  before that the existing signals alone size the service;
 * the slo signal asks ceil(request rate over the window / capacity); on a breach at least
   one replica more than exist, unless replicas are already starting: then it holds what
   exists. Requests served before the last raise could take effect (raise +
@@ -30,23 +34,27 @@ Pure: time comes in as `now`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from scaler.config import InferenceService, Slo
 from scaler.core import histogram
 from scaler.core.decision import SignalVerdict, SloStatus
 from scaler.core.load import ServiceLoad
 
-DECREASE = 0.10  # a breach sets capacity to (1 - DECREASE) x the per-replica rate served
-INCREASE = 0.02  # per comfortable window at >= PROBE_FROM x capacity
-PROBE_FROM = 0.8
-# Probing stays below (1 - DECREASE / 2) x the per-replica rate of the last breach for this
-# long: under steady traffic the capacity settles instead of probing into the same breach
-# again and again (a sawtooth would flap the replicas).
-CEILING_S = 6 * 3600.0
+# The lowest load bin seen already fails: capacity = (1 - DECREASE) x its lower edge.
+DECREASE = 0.10
 
 _EPS = 1e-9
 _MAX_ASK = 1e6  # replicas; the policy clamps to maxReplicas anyway
+
+# Capacity from attainment by load: requests counted per bin of per-replica request rate.
+BIN_BASE = 0.001  # req/s per replica: lower edge of bin 0
+BIN_RATIO = 1.1  # each bin 10 % above the one below
+MAX_BIN = 160  # 0.001 x 1.1^160 ~ 4,000 req/s per replica
+LOAD_S = 60.0  # a cycle's load level: per-replica first tokens/s over the last minute
+HALF_LIFE_S = 24 * 3600.0  # older counts fade: the service (model, prompts) may change
+_MIN_COUNT = 0.01  # a bin decayed below this many requests is dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +76,11 @@ class Learned:
 
     capacity_rps: float | None = None  # requests/s per ready replica at the objective
     changed_at: float | None = None  # when capacity last changed (one change per window)
-    breach_rps: float | None = None  # per-replica rate of the last breach: the probe ceiling
-    breach_at: float | None = None
+    breach_rps: float | None = None  # (unused since capacity is read off `bins`; kept so
+    breach_at: float | None = None  # state files written before stay readable)
+    # (bin, requests within the objective, requests) per load bin, decayed; see `learn`.
+    bins: tuple[tuple[int, float, float], ...] = ()
+    binned_at: float | None = None  # when `bins` were last decayed
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +191,45 @@ def verdict(
     return SignalVerdict("slo", value, slo.attainment, ask, note=note), status
 
 
+def bin_of(per_replica_rps: float) -> int:
+    """The load bin of a per-replica request rate (log-spaced, BIN_RATIO apart)."""
+    if per_replica_rps <= BIN_BASE:
+        return 0
+    return min(MAX_BIN, int(math.log(per_replica_rps / BIN_BASE) / math.log(BIN_RATIO)))
+
+
+def bin_edge(k: int) -> float:
+    """Lower edge of bin k (req/s per replica)."""
+    return BIN_BASE * BIN_RATIO**k
+
+
+def capacity_from(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> float | None:
+    """The highest per-replica load the objective held at, from attainment by load.
+
+    Scanning load bins upwards: a bin with at least `min_requests` whose own misses exceed
+    twice the allowed share, or where the attainment of all requests served at this load or
+    below falls under the objective, is where the service stops meeting it: capacity is
+    the top of the last bin below that held (or, if the lowest bin seen already fails, 90 %
+    of its lower edge). No failing bin: the top of the highest bin with enough requests
+    (proven, never extrapolated). None until some bin has `min_requests`.
+    """
+    need = slo.min_requests
+    allowed = 1.0 - slo.attainment
+    cap: float | None = None
+    cg = ct = 0.0
+    for k in sorted(bins):
+        g, t = bins[k]
+        cg, ct = cg + g, ct + t
+        fails = (t >= need and g / t < 1.0 - 2.0 * allowed - _EPS) or (
+            ct >= need and cg / ct < slo.attainment - _EPS
+        )
+        if fails:
+            return cap if cap is not None else bin_edge(k) * (1.0 - DECREASE)
+        if t >= need:
+            cap = bin_edge(k + 1)
+    return cap
+
+
 def learn(
     svc: InferenceService,
     load: ServiceLoad,
@@ -188,37 +238,34 @@ def learn(
     raised_at: float | None,
     now: float,
 ) -> Learned:
-    """What is known for the next cycle (see the module docstring)."""
+    """What is known for the next cycle: this cycle's requests added to the bin of the
+    per-replica load they were served at (the rate over the last LOAD_S), older counts
+    decayed (half-life HALF_LIFE_S), the capacity read off the bins (`capacity_from`)."""
     slo = svc.slo
     assert slo is not None
-    need = slo.min_requests
-    cap = prev.capacity_rps
-    recent = measure(window, need, _settled_since(svc, raised_at))
-    quiet = prev.changed_at is None or now - prev.changed_at >= slo.windowSeconds
-    if breached(slo, recent):
-        if load.starting == 0 and quiet and recent.per_replica:  # (a rate > 0)
-            lowered = recent.per_replica * (1 - DECREASE)
-            cap = lowered if cap is None else min(cap, lowered)
-            return Learned(cap, now, recent.per_replica, now)
-        return prev
-    m = measure(window, need)
-    if cap is None or m.attainment is None or m.per_replica is None or breached(slo, m):
-        return prev
-    if m.per_replica > cap and (prev.breach_rps is None or m.per_replica >= prev.breach_rps):
-        # held at a higher rate per replica than the last breach: that breach is history
-        return Learned(m.per_replica, now)
-    if m.per_replica > cap:  # held above the capacity, below the last breach: proven
-        return replace(prev, capacity_rps=m.per_replica, changed_at=now)
-    allowed = 1.0 - slo.attainment
-    comfortable = 1.0 - m.attainment <= allowed / 2 and (
-        m.itl_attainment is None or 1.0 - m.itl_attainment <= allowed / 2
+    bins = {k: (g, t) for k, g, t in prev.bins}
+    if bins and prev.binned_at is not None and now > prev.binned_at:
+        f = 0.5 ** ((now - prev.binned_at) / HALF_LIFE_S)
+        bins = {k: (g * f, t * f) for k, (g, t) in bins.items() if t * f >= _MIN_COUNT}
+    entry = window[-1] if window and window[-1].t == now else None
+    if entry is not None and entry.total > 0 and entry.ready > 0:
+        # The last minute's request rate over the replicas ready now: right after a
+        # scale-up the requests count at the new, lower load at once (a per-entry average
+        # would carry the old load for a minute and credit it with the new replicas' good
+        # service, the flap `test_slo_signal_under_constant_demand_settles` caught).
+        rate = measure(window, 0, now - LOAD_S).rps
+        x = None if rate is None else rate / entry.ready
+        if x is not None and x > 0:
+            k = bin_of(x)
+            g, t = bins.get(k, (0.0, 0.0))
+            bins[k] = (g + entry.good, t + entry.total)
+    cap = capacity_from(slo, bins)
+    changed = prev.changed_at if cap == prev.capacity_rps else now
+    return Learned(
+        cap,
+        changed,
+        prev.breach_rps,
+        prev.breach_at,
+        bins=tuple((k, g, t) for k, (g, t) in sorted(bins.items())),
+        binned_at=now if bins else None,
     )
-    full = bool(window) and now - window[0].t >= slo.windowSeconds * 0.9
-    ceiling = math.inf
-    recent_breach = prev.breach_at is not None and now - prev.breach_at < CEILING_S
-    if prev.breach_rps is not None and recent_breach:
-        ceiling = prev.breach_rps * (1 - DECREASE / 2)
-    probe = min(cap * (1 + INCREASE), ceiling)
-    if comfortable and full and quiet and m.per_replica >= PROBE_FROM * cap and probe > cap:
-        return replace(prev, capacity_rps=probe, changed_at=now)
-    return prev
