@@ -95,6 +95,26 @@ def test_a_day_unlike_the_others_falls_back_to_reactive() -> None:
     assert predict(h2, FC, today + 11 * 3600, 1800).replicas == 12
 
 
+def test_prediction_is_the_median_day_not_the_peak_of_peaks() -> None:
+    # Three days whose 10:00 slot needed 4, 12 and 6: the median (6), not the peak (12).
+    h: History | None = None
+    for d, need in enumerate((4, 12, 6)):
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, need if s == 60 else 2)
+    assert h is not None
+    p = predict(h, FC, MON + 3 * DAY + 10 * 3600, 0)
+    assert p.replicas == 6
+
+
+def test_a_busier_day_keeps_the_forecast_as_a_floor() -> None:
+    h = days_of(RAMP, 3)
+    today = MON + 3 * DAY
+    for s in range(8 * 6, 11 * 6):  # 08:00-11:00 twice as busy as the history
+        h = record(h, FC, today + s * 600, 2 * RAMP[s // 6])
+    p = predict(h, FC, today + 11 * 3600, 1800)
+    assert p.replicas == 12 and "days of history" in p.note
+
+
 def test_changed_slot_length_starts_over() -> None:
     h = days_of(RAMP, 2)
     fc = Forecast(enabled=True, slotSeconds=300)
