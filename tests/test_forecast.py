@@ -193,3 +193,47 @@ def test_withhold_only_lowers_research(
     assert pool.inference_gpus == 32  # the forecast never takes GPUs from inference
     if withheld:
         assert "forecast withholds" in research["pretrain"].reason
+
+
+RECENT = {
+    # (slot offset from now's slot -> need), span -> recent peak
+    "nothing-observed": ({}, 1800.0, None),
+    "current-slot-only": ({0: 5}, 0.0, 5),
+    "a-burst-20-min-ago-within-30": ({0: 3, -2: 9}, 1800.0, 9),
+    "a-burst-40-min-ago-is-history": ({0: 3, -4: 9}, 1800.0, 3),
+    "across-midnight": ({0: 3, -1: 7}, 600.0, 7),
+}
+
+
+@pytest.mark.parametrize(("needs", "span", "want"), RECENT.values(), ids=RECENT.keys())
+def test_recent_peak_is_the_persistence_forecast(
+    needs: dict[int, int], span: float, want: int | None
+) -> None:
+    from scaler.core.forecast import recent_peak
+
+    now = MON + DAY + 5.0  # just after midnight: slot -1 is yesterday's last
+    h: History | None = None
+    for off, need in sorted(needs.items()):  # (in time order, as the scaler records)
+        h = record(h, FC, now + off * 600, need)
+    assert recent_peak(h, now, span) == want
+
+
+def test_research_gate_holds_back_gpus_a_recent_burst_used() -> None:
+    """No usable history (one day too short): the persistence forecast still keeps a class
+    from starting Jobs on GPUs inference needed within its checkpoint interval."""
+    from scaler.core.cycle import _withhold
+
+    c = cfg()
+    now = MON + 12 * 3600
+    h = record(None, FC, now - 1200, 12)  # 20 min ago: 12 replicas
+    h = record(h, FC, now, 8)  # now: 8
+    assert predict(h, c.pool.forecast, now, 1800).replicas is None  # (history too short)
+    c = c.model_copy(update={"pool": c.pool.model_copy(update={"forecast": FC})})
+    got = _withhold(c, {"chat": decision(8)}, {"chat": h}, now)
+    # pretrain (30 min): the 12 of 20 min ago -> 4 replicas x 4 GPUs held back; finetune
+    # (20 min): the same slot is still inside its span; eval (no interval): no gate.
+    assert got == {"pretrain": 16, "finetune": 16}
+    assert _withhold(c, {"chat": decision(8)}, {"chat": h}, now + 2400) == {
+        "pretrain": 0,
+        "finetune": 0,
+    }

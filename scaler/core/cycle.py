@@ -131,7 +131,8 @@ def _withhold(
     calendar: float | None,
 ) -> dict[str, int]:
     """Per research class: GPUs inference is predicted to need, beyond what it holds or asks
-    now, within the class's checkpoint interval. 0 when the forecast is not usable."""
+    now, within the class's checkpoint interval, or needed within the last such interval
+    (bursts come back); `pool.forecast` on and the class's checkpointIntervalSeconds > 0."""
     fc = cfg.pool.forecast
     out: dict[str, int] = {}
     if not fc.enabled or calendar is None:
@@ -144,11 +145,17 @@ def _withhold(
             d = services.get(svc.name)
             if d is None:
                 continue
-            p = forecast.predict(history.get(svc.name), fc, calendar, c.checkpointIntervalSeconds)
-            if p.replicas is None:
+            h = history.get(svc.name)
+            span = c.checkpointIntervalSeconds
+            # What the history predicts over the interval, and what inference needed over
+            # the last one (the persistence forecast: it also covers the reactive fallback).
+            wants = [forecast.predict(h, fc, calendar, span).replicas]
+            wants.append(forecast.recent_peak(h, calendar, span))
+            known = [x for x in wants if x is not None]
+            if not known:
                 continue
             held = d.current if d.desired is None else max(d.desired, d.current)
-            want = min(svc.maxReplicas, p.replicas)
+            want = min(svc.maxReplicas, max(known))
             extra += max(0, want - held) * svc.gpusPerReplica
         out[c.name] = extra
     return out

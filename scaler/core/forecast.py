@@ -160,3 +160,24 @@ def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> P
     if best is None:
         return Prediction(None, "no past day has these hours: reactive only")
     return Prediction(best, f"most needed within {horizon_s:.0f} s ({have:.1f} days of history)")
+
+
+def recent_peak(h: History | None, now: float, span_s: float) -> int | None:
+    """Most replicas needed in the slots that overlap [now - span_s, now] (today's and, at
+    midnight, yesterday's): the persistence forecast. Inference that needed these replicas
+    within a research class's checkpoint interval is likely to need them again within the
+    next one (bursty traffic), so lending them would start a Job that is preempted before
+    it saves anything. None: no slot observed in the span."""
+    if h is None or not h.days:
+        return None
+    best: int | None = None
+    t = now - max(0.0, span_s)
+    while True:
+        day, slot = _where(h, t)
+        row = h.days.get(day)
+        if row is not None and row[slot] >= 0:
+            best = row[slot] if best is None else max(best, row[slot])
+        if t >= now:
+            break
+        t = min(now, (math.floor(t / h.slot_s) + 1) * h.slot_s)
+    return best
