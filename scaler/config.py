@@ -167,9 +167,10 @@ class Forecast(_Model):
     # A new replica may wait for a research pod's grace period before it can even load the
     # model: the chart gives research pods terminationGracePeriodSeconds 600.
     researchGraceSeconds: Annotated[float, Field(ge=0)] = 600.0
-    # Today's last `fitHours` of observed need vs the forecast for the same slots: a mean
-    # error above `maxErrorFraction` of the forecast (and above 1 replica) = a day unlike
-    # the others, reactive only until it fits again.
+    # Today's last `fitHours` of observed need vs the forecast for the same slots: quieter
+    # on average by more than `maxErrorFraction` of the forecast (and by more than 1
+    # replica) = a day unlike the others (weekend, holiday), reactive only until it fits
+    # again. A busier day keeps the forecast (a floor the reactive signals exceed).
     fitHours: Annotated[float, Field(gt=0, le=24)] = 2.0
     maxErrorFraction: Annotated[float, Field(gt=0)] = 0.35
 
