@@ -435,8 +435,8 @@ def test_slo_signal_under_constant_demand_settles(
 ) -> None:
     """A service whose replicas meet the objective up to `capacity` req/s each and miss it
     above (the share within the objective falls as 1 / overload). The slo signal learns the
-    capacity from its breaches and probes up below the last breach only, so the target
-    settles: a bounded number of reversals, then one value."""
+    capacity from the load bins that miss the objective and keeps it, so the target settles:
+    a bounded number of reversals, then one value."""
     svc = svc.model_copy(
         update={
             "slo": Slo(ttftSeconds=2, attainment=0.95, windowSeconds=60),
@@ -493,6 +493,9 @@ def test_slo_signal_under_constant_demand_settles(
     assert slo is not None
     start = min(initial, svc.maxReplicas)
     measurable = min(rps, start * capacity * 1.2) * (slo.windowSeconds - dt) >= slo.min_requests
-    if rps / start > capacity * 1.01 and svc.maxReplicas > initial and measurable:
-        # the path under test ran: a breach taught a capacity
+    failing = [
+        (g, t) for _, g, t in state.learned.bins if t >= slo.min_requests and g / t < slo.attainment
+    ]
+    if rps / start > capacity * 1.01 and svc.maxReplicas > initial and measurable and failing:
+        # the path under test ran: a load bin that missed the objective taught a capacity
         assert state.learned.capacity_rps is not None

@@ -382,13 +382,12 @@ def b(rate: float) -> int:
 CAPACITY: dict[str, tuple[dict[int, tuple[float, float]], float | None]] = {
     "nothing-yet": ({}, None),
     "too-few-requests-to-tell": ({b(0.5): (50, 50)}, None),
-    "held-everywhere-proves-the-highest-bin": (
-        {b(0.2): (1000, 1000), b(0.5): (200, 200)},
-        bin_edge(b(0.5) + 1),
-    ),
+    # Never failed: not known (the highest load seen would be a ratchet: a service never
+    # run hotter would be held where it is).
+    "held-everywhere-is-not-known-yet": ({b(0.2): (1000, 1000), b(0.5): (200, 200)}, None),
     "fails-above-capacity-is-the-last-bin-that-held": (
         {b(0.2): (1000, 1000), b(0.5): (995, 1000), b(0.8): (900, 1000)},
-        bin_edge(b(0.5) + 1),
+        bin_edge(b(0.5)),
     ),
     "lowest-bin-seen-fails-90pct-of-its-edge": (
         {b(0.8): (900, 1000)},
@@ -396,10 +395,13 @@ CAPACITY: dict[str, tuple[dict[int, tuple[float, float]], float | None]] = {
     ),
     # A burst: 5 misses in 1000 requests at a low load is within the objective (the old
     # breach rule learned 90 % of that low load and over-provisioned for hours).
-    "a-burst-at-low-load-averages-out": ({b(0.3): (995, 1000)}, bin_edge(b(0.3) + 1)),
+    "a-burst-at-low-load-averages-out": (
+        {b(0.3): (995, 1000), b(0.8): (900, 1000)},
+        bin_edge(b(0.3)),
+    ),
     "sparse-high-bin-proves-nothing": (
-        {b(0.2): (1000, 1000), b(2.0): (20, 20)},
-        bin_edge(b(0.2) + 1),
+        {b(0.2): (1000, 1000), b(2.0): (20, 20), b(3.0): (500, 1000)},
+        bin_edge(b(0.2)),
     ),
     "cumulative-below-objective-fails": ({b(0.2): (985, 1000)}, bin_edge(b(0.2)) * 0.9),
 }
@@ -424,17 +426,19 @@ def test_bins_are_log_spaced_and_bounded() -> None:
 
 def test_learn_counts_the_cycle_at_the_last_minutes_load_and_decays() -> None:
     svc = make_svc()
-    # 12 cycles in the last minute at 6 req/s over 10 replicas: 0.6 per replica.
-    w = entries(13, 100, 100, 6.0, 10)
+    # 12 cycles in the last minute at 6 req/s over 10 replicas: 0.6 per replica; half
+    # the requests miss (a failing bin: the capacity is below it).
+    w = entries(13, 50, 100, 6.0, 10)
     now = w[-1].t
     got = learn(svc, make_load(None, None), w, Learned(), None, now)
-    assert got.bins == ((bin_of(0.6), 100.0, 100.0),) and got.binned_at == now
-    assert got.capacity_rps == pytest.approx(bin_edge(bin_of(0.6) + 1))
+    assert got.bins == ((bin_of(0.6), 50.0, 100.0),) and got.binned_at == now
+    assert got.capacity_rps == pytest.approx(bin_edge(bin_of(0.6)) * 0.9)
     assert got.changed_at == now
     # A cycle without a measurement adds nothing; a day later the counts are halved.
     later = learn(svc, make_load(None, None), w, got, None, now + 86400.0)
-    assert later.bins == ((bin_of(0.6), 50.0, 50.0),)
-    assert later.capacity_rps is None  # 50 requests: too few to tell any more
+    assert later.bins == ((bin_of(0.6), 25.0, 50.0),)
+    # 50 requests: too few to tell any more; the capacity read before is kept, not forgotten
+    assert later.capacity_rps == got.capacity_rps
     # The same capacity again keeps when it last changed.
     again = learn(svc, make_load(None, None), w, got, None, now)
     assert again.capacity_rps == got.capacity_rps and again.changed_at == got.changed_at
