@@ -81,8 +81,8 @@ bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --out bench/results/objective-azure-code-7d
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --trace azure-conv-week --out bench/results/objective-azure-conv-7d
 	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) --policies ours,static-peak,oracle --trace servegen-large --out bench/results/objective-servegen-large-3d
-	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-7d-shuffled
-	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-7d-shuffled-reactive
+	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-6d-shuffled
+	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-6d-shuffled-reactive
 
 # The scaler image and the chart package (docs/install.md). `make image` needs a docker
 # engine (none on the CI machines: it is not part of `make test`); it pushes only when
