@@ -225,9 +225,12 @@ def capacity_from(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> float | 
         # of two standard errors, let a bin at 92-93 % pass a 95 % objective for many
         # breaches and flapped the property test; a bin failing on noise is read again as
         # its requests accumulate).
-        fails = (t >= need and g / t < slo.attainment - _EPS) or (
-            ct >= need and cg / ct < slo.attainment - _EPS
-        )
+        # A bin with fewer requests fails too once its misses alone exceed what the
+        # objective allows in `min_requests` (a clear miss at low traffic: waiting for
+        # `min_requests` there took a flap per few requests).
+        short = g / t < slo.attainment - _EPS if t > 0 else False
+        clear = t - g > (1.0 - slo.attainment) * need + _EPS
+        fails = (short and (t >= need or clear)) or (ct >= need and cg / ct < slo.attainment - _EPS)
         if fails:
             return cap if cap is not None else bin_edge(k) * (1.0 - DECREASE)
         if t >= need:
