@@ -18,7 +18,7 @@ CAL = Calibration(per_replica_rps=1.0, replicas=3, attainment=0.99, mean_tokens=
 FLAT = RateCurve("flat", np.array([0.0, 7200.0]), np.array([1.0, 2.0]), None, None, 600.0, "conv")
 
 
-def run(name: str) -> PolicyResult:
+def run(name: str, scn: Scenario = SCN) -> PolicyResult:
     w = make_workload(
         FLAT,
         start_s=0.0,
@@ -27,11 +27,11 @@ def run(name: str) -> PolicyResult:
         rng=np.random.default_rng(3),
         lead_in_s=300.0,
     )
-    pols, _ = make_policies(SCN, pool_config(SCN, CAL), CAL, w, -300.0, 1800.0)
+    pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -300.0, 1800.0)
     return simulate_policy(
         pols[name],
         w,
-        spec=SCN.spec,
+        spec=scn.spec,
         pool_gpus=16,
         gpus_per_node=8,
         classes=list(SCN.classes),
@@ -127,21 +127,7 @@ def test_oracle_frontier_from_a_run_is_non_increasing() -> None:
     assert set(pols) >= {"oracle", "oracle×2"}
     lo, hi = pols["oracle"], pols["oracle×2"]
     assert hi.target(900.0) >= 2 * lo.target(900.0) - 1  # twice the demand, rounded up
-    results = {
-        n: simulate_policy(
-            pols[n],
-            w,
-            spec=scn.spec,
-            pool_gpus=16,
-            gpus_per_node=8,
-            classes=list(scn.classes),
-            t_start=-300.0,
-            t_end=1800.0,
-            initial_replicas=2,
-            seed=1,
-        )
-        for n in ("oracle", "oracle×2")
-    }
+    results = {n: run(n, scn) for n in ("oracle", "oracle×2")}
     att, env = oracle_frontier(ScenarioRun(scn, CAL, 4.0, 1, results, 4, pool_config(scn, CAL)))
     assert att.size == 2 and np.all(np.diff(att) >= 0) and np.all(np.diff(env) <= 0)
 

@@ -14,9 +14,14 @@ from scaler.sim.replica import TTFT_BOUNDS
 from scaler.sim.scenario import ScenarioRun, oracle_name, scenario_dict
 
 
+def _decided(r: PolicyResult, slo_s: float) -> np.ndarray:
+    """TTFTs of the requests that had their chance: those arriving in the last `slo_s`
+    seconds may not have yet."""
+    return r.ttft[r.arrival < r.ledger.t1 - slo_s]
+
+
 def attainment(r: PolicyResult, slo_s: float) -> float:
-    # Requests arriving in the last `slo_s` seconds may not have had their chance yet.
-    decided = r.ttft[r.arrival < r.ledger.t1 - slo_s]
+    decided = _decided(r, slo_s)
     return float(np.mean(decided <= slo_s)) if decided.size else 0.0
 
 
@@ -49,7 +54,7 @@ def oracle_at(frontier: tuple[np.ndarray, np.ndarray], a: float) -> float:
 def histogram_attainment(r: PolicyResult, slo_s: float) -> float:
     """The attainment the scaler reads off vLLM's TTFT histogram (interpolated when `slo_s`
     is not a bucket bound): how far its measurement is from the truth above."""
-    decided = r.ttft[r.arrival < r.ledger.t1 - slo_s]
+    decided = _decided(r, slo_s)
     if not decided.size:
         return 0.0
     s = np.sort(decided)
