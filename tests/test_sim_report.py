@@ -56,6 +56,7 @@ KEYS = {
     "lost_gpu_hours",
     "preemptions",
     "replica_changes",
+    "target_set_by",
 }
 
 
@@ -75,6 +76,14 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     md = (tmp_path / "report.md").read_text()
     assert "`python -m bench.simulate --x`" in md and "test machine" in md
     assert md.count("\n| ours |") == 1 and md.count("\n| oracle |") == 1
+    # Which signal set ours' target, as shares of the measured time; none for the oracle.
+    shares = on_disk["policies"]["ours"]["target_set_by"]
+    assert shares and sum(shares.values()) == pytest.approx(1.0)
+    signals = {"queue", "kv-cache", "concurrency", "throughput", "slo", "forecast"}
+    held = {f"{by} ({sig})" for by in ("min", "max", "stabilization") for sig in signals}
+    assert set(shares) <= signals | held, shares
+    assert on_disk["policies"]["oracle"]["target_set_by"] == {}
+    assert "ours's target set by (share of measured time): " in md
     png = (tmp_path / "pool.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 

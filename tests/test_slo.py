@@ -444,6 +444,44 @@ def test_learn_counts_the_cycle_at_the_last_minutes_load_and_decays() -> None:
     assert again.capacity_rps == got.capacity_rps and again.changed_at == got.changed_at
 
 
+# A capacity read off a failing bin, later outweighed: (bins before this cycle, capacity
+# read before, this cycle's window) -> capacity after. 100 requests per cycle, all within.
+RAISED: dict[str, tuple[tuple[tuple[int, float, float], ...], float | None, float]] = {
+    # The objective now holds at 0.9 req/s per replica (1000 requests), no bin fails: the
+    # old reading of 0.5 is stale; the capacity is at least the bin that held.
+    "held-above-the-reading-raises-it": (((b(0.9), 1000.0, 1000.0),), 0.5, bin_edge(b(0.9))),
+    # Held only below the reading: it stays (never lowered for lack of evidence).
+    "held-below-the-reading-keeps-it": (((b(0.3), 1000.0, 1000.0),), 0.5, 0.5),
+    # A bin still fails: the reading is that bin's, as before.
+    "a-failing-bin-still-decides": (
+        ((b(0.3), 1000.0, 1000.0), (b(0.9), 900.0, 1000.0)),
+        2.0,
+        bin_edge(b(0.3)),
+    ),
+}
+
+
+@pytest.mark.parametrize(("bins", "before", "expected"), RAISED.values(), ids=RAISED.keys())
+def test_a_reading_is_raised_once_the_objective_holds_above_it(
+    bins: tuple[tuple[int, float, float], ...], before: float | None, expected: float
+) -> None:
+    svc = make_svc()
+    # This cycle: 0.3 req/s per replica, all within (adds to the bin held below).
+    w = entries(13, 100, 100, 3.0, 10)
+    now = w[-1].t
+    prev = Learned(capacity_rps=before, changed_at=0.0, bins=bins, binned_at=now)
+    got = learn(svc, make_load(None, None), w, prev, None, now)
+    assert got.capacity_rps == pytest.approx(expected)
+
+
+def test_loads_that_held_make_no_reading_before_a_miss() -> None:
+    svc = make_svc()
+    w = entries(13, 100, 100, 3.0, 10)
+    now = w[-1].t
+    prev = Learned(bins=((b(0.9), 1000.0, 1000.0),), binned_at=now)
+    assert learn(svc, make_load(None, None), w, prev, None, now).capacity_rps is None
+
+
 # --- through decide -------------------------------------------------------------------
 
 

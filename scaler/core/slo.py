@@ -20,7 +20,8 @@ requests, the request rate and the ready replicas. The policy keeps the entries 
   adds a few misses to a bin of thousands, where the earlier rule (a breach sets the
   capacity to 90 % of the window's rate) learned half the real capacity on the bench's
   coding trace and over-provisioned for hours. Unknown until some load bin fails: before
-  that the existing signals alone size the service;
+  that the existing signals alone size the service. Once read, it is raised when no bin
+  fails any more and the objective held at a higher load (see `learn`);
 * the slo signal asks ceil(request rate over the window / capacity); on a breach at least
   one replica more than exist, unless replicas are already starting: then it holds what
   exists. Requests served before the last raise could take effect (raise +
@@ -241,6 +242,15 @@ def capacity_from(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> float | 
     return None
 
 
+def held_up_to(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> float | None:
+    """Lower edge of the highest load bin that met the objective with at least
+    `min_requests`, when no bin fails (`capacity_from` is None): a lower bound of the
+    capacity, not the capacity (see `learn` for when it is used)."""
+    need = slo.min_requests
+    held = [k for k, (_, t) in bins.items() if t >= need]
+    return bin_edge(max(held)) if held else None
+
+
 def learn(
     svc: InferenceService,
     load: ServiceLoad,
@@ -272,8 +282,17 @@ def learn(
             bins[k] = (g + entry.good, t + entry.total)
     # A capacity once read is replaced only by another reading, never forgotten for lack of
     # evidence (bins decay; a failing bin can pass again on noise): forgetting it made the
-    # signal ask nothing and flap between n and n - 1 replicas.
-    cap = capacity_from(slo, bins) or prev.capacity_rps
+    # signal ask nothing and flap between n and n - 1 replicas. It is raised, though, when
+    # no bin fails any more and the objective held at a higher load: the reading came from
+    # a miss since outweighed by requests (a burst in the warm-up learned 1.27 req/s per
+    # replica on the conversation week, where 2.7 held for 50,000 requests, and pinned the
+    # service at maxReplicas for a day). Before any reading, none is made up from the loads
+    # that held: that would hold a service never run hotter where it is.
+    cap = capacity_from(slo, bins)
+    if cap is None and prev.capacity_rps is not None:
+        cap = max(prev.capacity_rps, held_up_to(slo, bins) or 0.0)
+    elif cap is None:
+        cap = prev.capacity_rps
     changed = prev.changed_at if cap == prev.capacity_rps else now
     return Learned(
         cap,

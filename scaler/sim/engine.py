@@ -76,6 +76,9 @@ class PolicyResult:
     series: Series
     arrival: npt.NDArray[np.float64]  # of the measured requests
     wall_s: float = 0.0
+    # Measured seconds during which each signal (or "stabilization", "min", ...) set the
+    # policy's target: which knob the SRE would have to turn. Empty for the baselines.
+    decided_by: dict[str, float] = field(default_factory=dict)
 
 
 def simulate_policy(
@@ -142,6 +145,7 @@ def simulate_policy(
         "prog": max(1, steps // 200),
     }
     rec_arrivals = 0
+    decided_by: dict[str, float] = {}
     v: PoolView | None = None
     for k in range(steps):
         now = t_start + k * tm.dt_s
@@ -165,6 +169,9 @@ def simulate_policy(
         if k % every["ctl"] == 0:
             v = view(now)
             policy.control(v)
+            if policy.decided_by and now >= measure_from:
+                by = policy.decided_by
+                decided_by[by] = decided_by.get(by, 0.0) + tm.scrape_interval_s
         if k % every["hpa"] == 0 and v is not None:
             want: int | None
             if policy.uses_hpa:
@@ -213,5 +220,15 @@ def simulate_policy(
     if progress is not None:
         progress(1.0)
     return PolicyResult(
-        policy.name, ttft, queue, served, inf_gpu_s, res_gpu_s, ledger, changes, series, arr
+        policy.name,
+        ttft,
+        queue,
+        served,
+        inf_gpu_s,
+        res_gpu_s,
+        ledger,
+        changes,
+        series,
+        arr,
+        decided_by=decided_by,
     )

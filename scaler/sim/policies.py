@@ -60,6 +60,7 @@ class Policy:
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
     slots: dict[str, int] = field(default_factory=dict)
     reserve_now: int = -1  # GPUs the accounting keeps free now (-1: the configured floor)
+    decided_by: str = ""  # what set the target this cycle ("" for policies without signals)
 
     @property
     def svc_name(self) -> str:
@@ -129,7 +130,13 @@ class Ours(Policy):
             self.cfg, targets, Capacity(self.capacity_gpus), view.now, wall, calendar=wall
         )
         self.decision, self.cycle = step(inp, self.cycle)
-        self.desired = self.decision.services[svc.name].desired
+        sd = self.decision.services[svc.name]
+        self.desired = sd.desired
+        self.decided_by = sd.decided_by
+        readings = [v for v in sd.signals if not v.abstain]
+        if sd.decided_by in ("max", "min", "stabilization") and readings:
+            top = max(readings, key=lambda v: v.replicas)  # as decide picks it
+            self.decided_by = f"{sd.decided_by} ({top.signal})"
         assert self.decision.pool is not None
         self.reserve_now = self.decision.pool.reserve_gpus
         self.slots = {k: v.slots for k, v in self.decision.research.items()}

@@ -84,7 +84,14 @@ def policy_metrics(
         "lost_gpu_hours": r.ledger.lost_gpu_s / 3600.0,
         "preemptions": int(r.ledger.preemptions),
         "replica_changes": int(r.replica_changes),
+        "target_set_by": decided_shares(r),
     }
+
+
+def decided_shares(r: PolicyResult) -> dict[str, float]:
+    """Share of the measured time each signal (or stabilization, min/max) set the target."""
+    total = sum(r.decided_by.values())
+    return {k: v / total for k, v in sorted(r.decided_by.items(), key=lambda kv: -kv[1])}
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -173,6 +180,15 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
             f"| {m['lost_gpu_hours']:.1f} ({lost_pct}) | {m['preemptions']} "
             f"| {m['replica_changes']} |"
         )
+    for name in run.results:
+        shares = data["policies"][name]["target_set_by"]
+        if shares:
+            lines += [
+                "",
+                f"{name}'s target set by (share of measured time): "
+                + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
+                + ".",
+            ]
     lines += [
         "",
         "Harvested = useful research work (checkpointed or completed, plus progress of Jobs "
