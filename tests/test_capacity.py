@@ -473,8 +473,11 @@ def test_watcher_needs_both_lists_when_subtracting_pods(api: FakeKubeAPI) -> Non
     api.fail(503, resources=("pods",))
     w = start_watcher(api, clock, subtractForeignPods=True)
     try:
-        api.wait_for(lambda: w.status()[1].last_error is not None, what="pod list failed")
-        assert w.status()[0].synced
+        # The two lists run concurrently: the pod list can fail before the node list is in.
+        api.wait_for(
+            lambda: w.status()[1].last_error is not None and w.status()[0].synced,
+            what="pod list failed, node list synced",
+        )
         assert w.current() is None  # foreign GPUs unknown → capacity unknown
         api.heal()
         wait_gpus(api, w, 8)
