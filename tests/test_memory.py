@@ -119,6 +119,16 @@ IGNORED = {
     "from-the-future": (saved(savedAt=EPOCH + 86400), "in the future"),
     "desired-negative": (saved(services__chat__policy__desired=-3), "desired is not a count"),
     "window-garbage": (saved(services__chat__policy__window=[["x", 1]]), "not a number"),
+    # (a null time was an AssertionError that escaped restore and stopped the scaler)
+    "window-time-null": (saved(services__chat__policy__window=[[None, 1]]), "has no time"),
+    "window-row-shape": (
+        saved(services__chat__policy__window=[[1.0]]),
+        "window[0] is not [time, replicas]",
+    ),
+    "slo-window-row-short": (
+        saved(services__chat__policy__sloWindow=[[1.0, 2.0]]),
+        "sloWindow[0] is not [time, good, total, rps, ready, itl good, itl total]",
+    ),
     "nan-batch": (
         saved(services__chat__policy__batchPerReplica="NaN"),
         "batchPerReplica is not a number",

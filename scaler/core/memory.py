@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -125,6 +125,15 @@ def _list(v: Any, what: str) -> list[Any]:
     return v
 
 
+def _rows(v: Any, what: str, shape: tuple[str, ...]) -> Iterator[tuple[str, list[Any]]]:
+    """(name, row) of a list of fixed-length rows, e.g. [[time, replicas], ...]."""
+    for i, e in enumerate(_list(v, what)):
+        row = _list(e, f"{what}[{i}]")
+        if len(row) != len(shape):
+            raise Invalid(f"{what}[{i}] is not [{', '.join(shape)}]")
+        yield f"{what}[{i}]", row
+
+
 def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicyState:
     def t(v: Any, what: str) -> float | None:
         x = _opt(v, f"{name}.{what}")
@@ -135,24 +144,21 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
             raise Invalid(f"{name}.{what} is in the future")
         return m
 
+    def at(v: Any, what: str) -> float:
+        x = t(v, what.removeprefix(f"{name}."))
+        if x is None:
+            raise Invalid(f"{what} has no time")
+        return x
+
     window = []
-    for i, e in enumerate(_list(d.get("window", []), f"{name}.window")):
-        pair = _list(e, f"{name}.window[{i}]")
-        if len(pair) != 2:
-            raise Invalid(f"{name}.window[{i}] is not [time, replicas]")
-        at = t(pair[0], f"window[{i}]")
-        assert at is not None
-        window.append((at, _int(pair[1], f"{name}.window[{i}]")))
+    for what, pair in _rows(d.get("window", []), f"{name}.window", ("time", "replicas")):
+        window.append((at(pair[0], what), _int(pair[1], what)))
     slo_window = []
-    for i, e in enumerate(_list(d.get("sloWindow", []), f"{name}.sloWindow")):
-        row = _list(e, f"{name}.sloWindow[{i}]")
-        if len(row) != 7:
-            raise Invalid(f"{name}.sloWindow[{i}] has {len(row)} fields, not 7")
-        at = t(row[0], f"sloWindow[{i}]")
-        assert at is not None
+    entry = ("time", "good", "total", "rps", "ready", "itl good", "itl total")
+    for what, row in _rows(d.get("sloWindow", []), f"{name}.sloWindow", entry):
         slo_window.append(
             SloEntry(
-                at,
+                at(row[0], what),
                 _num(row[1], "good", lo=0),
                 _num(row[2], "total", lo=0),
                 _opt(row[3], "rps", lo=0),
@@ -163,15 +169,14 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
         )
     learned = _map(d.get("learned", {}), f"{name}.learned")
     bins = []
-    for i, e in enumerate(_list(learned.get("bins", []), f"{name}.learned.bins")):
-        row = _list(e, f"{name}.learned.bins[{i}]")
-        if len(row) != 3:
-            raise Invalid(f"{name}.learned.bins[{i}] is not [bin, within, requests]")
-        k = _int(row[0], f"{name}.learned.bins[{i}]")
+    for what, row in _rows(
+        learned.get("bins", []), f"{name}.learned.bins", ("bin", "within", "requests")
+    ):
+        k = _int(row[0], what)
         good = _num(row[1], "within", lo=0)
         total = _num(row[2], "requests", lo=0)
         if not 0 <= k <= MAX_BIN or good > total:
-            raise Invalid(f"{name}.learned.bins[{i}] is out of range")
+            raise Invalid(f"{what} is out of range")
         bins.append((k, good, total))
     desired = d.get("desired")
     updated = t(d.get("updatedAt"), "updatedAt")
