@@ -81,6 +81,7 @@ bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --out bench/results/objective-azure-code-7d
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --trace azure-conv-week --out bench/results/objective-azure-conv-7d
 	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) --policies ours,static-peak,oracle --trace servegen-large --out bench/results/objective-servegen-large-3d
+	$(PY) -m bench.simulate --days 3 $(OBJ) --policies ours --no-forecast --trace servegen-large --out bench/results/objective-servegen-large-3d-reactive
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-6d-shuffled
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-6d-shuffled-reactive
 
