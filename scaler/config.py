@@ -336,6 +336,10 @@ class InferenceService(_Model):
     scaleDown: ScaleDown = ScaleDown()
     coldStartSeconds: Annotated[float, Field(ge=0)] = 180.0  # model load time of a new replica
     slo: Slo | None = None  # latency objective; absent = no slo signal
+    # With pool.forecast enabled: whether this service uses it. Its level holds bursts of
+    # a bursty service with a daily pattern; on a smooth one it holds more than it buys
+    # (docs/policy.md, "Forecast"): false = reactive only, no history kept.
+    forecast: bool = True
 
     @model_validator(mode="after")
     def _bounds(self) -> InferenceService:

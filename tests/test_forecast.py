@@ -4,14 +4,17 @@ only ever adds to inference or withholds from research. Times are injected."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
 from scaler.config import Forecast, parse_config
 from scaler.core.accounting import Capacity, split_pool
+from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
 from scaler.core.forecast import DAY, History, predict, record
+from scaler.core.load import EngineSample, TargetPhase, TargetState
 
 FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
 MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
@@ -237,3 +240,39 @@ def test_research_gate_holds_back_gpus_a_recent_burst_used() -> None:
         "pretrain": 0,
         "finetune": 0,
     }
+
+
+def test_a_service_can_opt_out_of_the_pools_forecast() -> None:
+    """Two services with the same daily load, one with `forecast: false`: it is decided
+    reactively (no forecast signal, explain says why) and keeps no history; the other gets
+    the forecast. Research is gated only by the history that exists."""
+    svc = {"gpusPerReplica": 4, "targets": {"static": ["h:1"]}, "coldStartSeconds": 120}
+    c = parse_config(
+        {
+            "pool": {
+                "name": "p",
+                "capacity": {"gpus": 64},
+                "forecast": {"enabled": True, "minHistoryDays": 0.25},
+            },
+            "inference": [{"name": "chat", **svc}, {"name": "batch", "forecast": False, **svc}],
+        }
+    )
+
+    def targets(i: int) -> list[TargetState]:
+        waiting = 40.0 * math.sin(math.pi * (i % 1440) / 1440) ** 2  # a daily hump
+        s = EngineSample(waiting, 20.0, 0.3, 0.3, 1e3 * i, 1e3 * i, 0.0, 1.0)
+        return [TargetState(f"r{k}", TargetPhase.SERVING, s, 60.0 * i) for k in range(2)]
+
+    state = CycleState()
+    seen: dict[str, set[str]] = {"chat": set(), "batch": set()}
+    notes: dict[str, set[str]] = {"chat": set(), "batch": set()}
+    for i in range(0, 1440 + 600, 2):  # a day and 10 hours, a cycle every 2 minutes
+        t = targets(i)
+        inp = CycleInput(c, {"chat": t, "batch": t}, Capacity(64), 60.0 * i, calendar=MON + 60 * i)
+        d, state = step(inp, state)
+        for name, sd in d.services.items():
+            seen[name] |= {v.signal for v in sd.signals}
+            notes[name].add(sd.forecast_note)
+    assert "forecast" in seen["chat"] and "forecast" not in seen["batch"]
+    assert notes["batch"] == {"off for this service (forecast: false): reactive only"}
+    assert set(state.forecast) == {"chat"}

@@ -66,9 +66,12 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         hist = prev.forecast.get(svc.name)
         ahead = None
         note = ""
-        if fc.enabled and inp.calendar is not None:
+        cal = inp.calendar if fc.enabled and svc.forecast else None  # None: reactive only
+        if fc.enabled and not svc.forecast:
+            note = "off for this service (forecast: false): reactive only"
+        if cal is not None:
             lead = svc.coldStartSeconds + fc.researchGraceSeconds
-            p = forecast.predict(hist, fc, inp.calendar, lead)
+            p = forecast.predict(hist, fc, cal, lead)
             note = p.note
             if p.replicas is not None:
                 ahead = SignalVerdict(
@@ -76,10 +79,10 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
                 )
         d, policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now, forecast=ahead)
         services[svc.name] = replace(d, forecast_note=note) if note else d
-        if fc.enabled and inp.calendar is not None:
+        if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)
             need = _reactive_need(svc, d)
             history[svc.name] = (
-                forecast.record(hist, fc, inp.calendar, need)
+                forecast.record(hist, fc, cal, need)
                 if need is not None
                 else (hist or forecast.empty(fc))
             )
