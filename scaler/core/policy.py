@@ -18,6 +18,7 @@ Per cycle:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scaler.config import InferenceService
@@ -233,6 +234,12 @@ def max_tolerance_for_single_steps(max_replicas: int) -> float:
     return 1.0 / max_replicas
 
 
+def top_reading(verdicts: Sequence[SignalVerdict]) -> SignalVerdict:
+    """The verdict that sets the recommendation: the most replicas asked, the first of
+    equals (SIGNALS order). `verdicts` are readings (none abstains), at least one."""
+    return max(verdicts, key=lambda v: v.replicas)
+
+
 def decide(
     svc: InferenceService,
     load: ServiceLoad,
@@ -281,7 +288,7 @@ def decide(
         return _hold(svc, load, prev, now, "abstain", f"no signal has a reading ({why})", verdicts)
     abstaining = [v.signal for v in verdicts if v.abstain]
 
-    top = max(readings, key=lambda v: v.replicas)  # first of equals: SIGNALS order
+    top = top_reading(readings)
     wanted = _clamp(top.replicas, lo, hi)
     by = top.signal if wanted == top.replicas else ("min" if top.replicas < lo else "max")
     why_top = _detail(top) + ("" if by == top.signal else f", clamped to {by}Replicas {wanted}")

@@ -291,8 +291,6 @@ def learn(
     cap = capacity_from(slo, bins)
     if cap is None and prev.capacity_rps is not None:
         cap = max(prev.capacity_rps, held_up_to(slo, bins) or 0.0)
-    elif cap is None:
-        cap = prev.capacity_rps
     changed = prev.changed_at if cap == prev.capacity_rps else now
     return Learned(
         cap,

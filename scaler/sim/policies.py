@@ -32,6 +32,7 @@ from scaler.core.accounting import Capacity, split_pool
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import Decision, ServiceDecision
 from scaler.core.load import Endpoint, EngineSample, ScrapeJob, ScrapeResult, TargetPhase
+from scaler.core.policy import top_reading
 from scaler.core.tracker import TargetTracker
 from scaler.sim.kube import Hpa, HpaBehavior
 
@@ -135,8 +136,7 @@ class Ours(Policy):
         self.decided_by = sd.decided_by
         readings = [v for v in sd.signals if not v.abstain]
         if sd.decided_by in ("max", "min", "stabilization") and readings:
-            top = max(readings, key=lambda v: v.replicas)  # as decide picks it
-            self.decided_by = f"{sd.decided_by} ({top.signal})"
+            self.decided_by = f"{sd.decided_by} ({top_reading(readings).signal})"
         assert self.decision.pool is not None
         self.reserve_now = self.decision.pool.reserve_gpus
         self.slots = {k: v.slots for k, v in self.decision.research.items()}
