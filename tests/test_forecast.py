@@ -109,6 +109,16 @@ def test_prediction_is_the_median_day_not_the_peak_of_peaks() -> None:
     assert p.replicas == 6
 
 
+def test_of_two_days_the_forecast_asks_what_both_needed() -> None:
+    # 10:00 needed 12 on one day and 4 on the other: a majority (both) needed 4.
+    h: History | None = None
+    for d, need in enumerate((12, 4)):
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, need if s == 60 else 2)
+    assert h is not None
+    assert predict(h, FC, MON + 2 * DAY + 10 * 3600, 0).replicas == 4
+
+
 def test_a_busier_day_keeps_the_forecast_as_a_floor() -> None:
     h = days_of(RAMP, 3)
     today = MON + 3 * DAY
@@ -116,6 +126,23 @@ def test_a_busier_day_keeps_the_forecast_as_a_floor() -> None:
         h = record(h, FC, today + s * 600, 2 * RAMP[s // 6])
     p = predict(h, FC, today + 11 * 3600, 1800)
     assert p.replicas == 12 and "days of history" in p.note
+
+
+def test_a_somewhat_quieter_day_scales_the_forecast_to_its_level() -> None:
+    """A day at 80 % of the history's level (fits: 20 % < maxErrorFraction 35 %) gets the
+    history's shape at today's level: the ramp to 12 is predicted as 10, not 12. Before,
+    the forecast held the other days' level all day (on ServeGen, where days differ, 2-3
+    replicas above anything today needed)."""
+    h: History | None = None
+    for d in range(3):  # 10 until 11:00, 12 after
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, 10 if s < 66 else 12)
+    today = MON + 3 * DAY
+    for s in range(8 * 6, 11 * 6):  # 08:00-11:00: 8 where the history needed 10
+        h = record(h, FC, today + s * 600, 8)
+    assert h is not None
+    p = predict(h, FC, today + 11 * 3600, 1800)
+    assert p.replicas == 10 and "scaled to today's level (80% of the history)" in p.note
 
 
 def test_changed_slot_length_starts_over() -> None:
@@ -276,3 +303,41 @@ def test_a_service_can_opt_out_of_the_pools_forecast() -> None:
     assert "forecast" in seen["chat"] and "forecast" not in seen["batch"]
     assert notes["batch"] == {"off for this service (forecast: false): reactive only"}
     assert set(state.forecast) == {"chat"}
+
+
+def test_replicas_the_forecast_added_are_not_recorded_as_need() -> None:
+    """The history records what the load needs, not the count the forecast raised: a queue
+    in the hold zone of 12 forecast-held replicas keeps 12 (the queue signal never shrinks
+    inside its band), but 36 waiting need 36 / 5 -> 8. Recording 12 fed the forecast's own
+    replicas back as tomorrow's need, a ratchet day over day."""
+    c = parse_config(
+        {
+            "pool": {
+                "name": "p",
+                "capacity": {"gpus": 64},
+                "forecast": {"enabled": True, "minHistoryDays": 1},
+            },
+            "inference": [
+                {
+                    "name": "chat",
+                    "gpusPerReplica": 4,
+                    "targets": {"static": ["h:1"]},
+                    "maxReplicas": 16,
+                },
+            ],
+        }
+    )
+    fc = c.pool.forecast
+    h = days_of([12] * 24, 1, fc)  # yesterday needed 12 all day
+    now = MON + DAY + 3600.0
+    s = EngineSample(3.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)  # 3 waiting on each of 12
+    t = [TargetState(f"r{k}", TargetPhase.SERVING, s, now) for k in range(12)]
+    d, state = step(
+        CycleInput(c, {"chat": t}, Capacity(64), now, calendar=now),
+        CycleState(forecast={"chat": h}),
+    )
+    verdicts = {v.signal: v for v in d.services["chat"].signals}
+    assert verdicts["forecast"].replicas == 12 and d.services["chat"].desired == 12
+    assert verdicts["queue"].replicas == 12  # the hold zone keeps the count ...
+    day, slot = int(now // DAY), int((now % DAY) // fc.slotSeconds)
+    assert state.forecast["chat"].days[day][slot] == 8  # ... the load needs 8

@@ -19,6 +19,7 @@ from scaler.core.policy import (
     hpa_tolerance_note,
     learn_batch,
     max_tolerance_for_single_steps,
+    queue_need,
     queue_replicas,
     signal_verdicts,
 )
@@ -142,6 +143,25 @@ def test_queue_replicas_with_learned_batch(
 ) -> None:
     got = queue_replicas(waiting, replicas, 5, running=running, batch=batch)
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("waiting", "running", "replicas", "batch", "asks", "needs"),
+    [
+        # 14 replicas held (by the forecast, say) and a queue in the hold zone: the signal
+        # keeps 14, the requests need 328 / 37 -> 9. The history records 9.
+        pytest.param(40, 288, 14, 32, 14, 9, id="hold-zone-keeps-count-load-needs-fewer"),
+        pytest.param(60, 10, 4, 500, 4, 1, id="breach-with-stale-batch-keeps-count"),
+        pytest.param(12, 0, 4, None, 4, 3, id="no-batch-hold-zone-needs-waiting-over-threshold"),
+        pytest.param(140, 2560, 10, 256, 11, 11, id="short-asks-and-needs-the-same"),
+        pytest.param(0, 0, 8, 32, 0, 0, id="idle-needs-nothing"),
+    ],
+)
+def test_queue_need_is_the_loads_not_the_replica_counts(
+    waiting: float, running: float, replicas: int, batch: float | None, asks: int, needs: int
+) -> None:
+    assert queue_replicas(waiting, replicas, 5, running=running, batch=batch) == asks
+    assert queue_need(waiting, replicas, 5, running, batch) == needs
 
 
 @pytest.mark.parametrize(
@@ -725,3 +745,24 @@ def test_format_decision_shows_numbers_and_verdicts() -> None:
 def test_format_decision_without_target() -> None:
     d, _ = decide(make_svc(), make_load(complete=False, ready=0, unhealthy=1, reason="x"), None, 0)
     assert format_decision(d).splitlines()[0].startswith("serving/chat: desired - [stale]")
+
+
+def test_the_forecast_holds_only_while_it_asks() -> None:
+    """The forecast asks the most needed over the lead ahead: it holds 8 replicas while
+    the load asks 2. When it drops, the load has been low for the whole stabilization window
+    already, so the target steps down at once (it is not held for the window again, a
+    forecast peak held ~20 minutes past its end); a load that asked 8 within the window
+    still holds 8."""
+    svc = make_svc()  # stabilization 300 s, 1 replica per step
+    fc = SignalVerdict("forecast", 8, 8, 8, note="ahead")
+    quiet = make_load(ready=8, waiting=0.0, running=8.0, kv_usage_mean=0.1, kv_usage_max=0.1)
+    busy = make_load(ready=8, waiting=30.0, running=8.0, kv_usage_mean=0.1, kv_usage_max=0.1)
+    for load, desired_after in ((quiet, 7), (busy, 8)):
+        state = settled_at(svc, 2)
+        d, state = decide(svc, quiet, state, 10.0, forecast=fc)
+        assert d.desired == 8 and d.decided_by == "forecast"
+        for now in range(70, 620, 60):  # the load asks 2 (or, at 430 s, holds 8 once)
+            d, state = decide(svc, load if now == 430 else quiet, state, float(now), forecast=fc)
+            assert d.desired == 8
+        d, state = decide(svc, quiet, state, 620.0)  # the forecast no longer asks
+        assert d.desired == desired_after, d.reason

@@ -121,7 +121,11 @@ def _reactive_need(svc: InferenceService, d: ServiceDecision) -> int | None:
     itself), clamped; None without fresh evidence (nothing is recorded then)."""
     if not d.fresh:
         return None
-    asks = [v.replicas for v in d.signals if not v.abstain and v.signal != "forecast"]
+    asks = [
+        v.replicas if v.need is None else v.need
+        for v in d.signals
+        if not v.abstain and v.signal != "forecast"
+    ]
     if not asks:
         return None
     return max(svc.minReplicas, min(svc.maxReplicas, max(asks)))

@@ -180,16 +180,18 @@ def verdict(
     note = f"TTFT <= {slo.ttftSeconds:g} s for {m.attainment:.2%} of {m.requests:.0f}"
     if capacity is not None:
         note += f"; capacity {capacity:.3g} req/s/replica"
+    need = base  # what the request rate needs at the learned capacity
     if breached(slo, recent):  # (measured after the last raise took effect)
         coming = load.starting > 0
         ask = max(base, on_the_way if coming else on_the_way + 1)
         note += "; below objective" + (": replicas on the way" if coming else "")
+        need = ask  # short now, however many exist
     elif breached(slo, m):  # met since the last raise; the window still holds the breach
         ask = max(base, on_the_way)
         note += "; below objective before the last raise: holding"
     else:
         ask = base
-    return SignalVerdict("slo", value, slo.attainment, ask, note=note), status
+    return SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need), status
 
 
 def bin_of(per_replica_rps: float) -> int:
