@@ -173,6 +173,11 @@ class Forecast(_Model):
     # again. A busier day keeps the forecast (a floor the reactive signals exceed).
     fitHours: Annotated[float, Field(gt=0, le=24)] = 2.0
     maxErrorFraction: Annotated[float, Field(gt=0)] = 0.35
+    # The forecast acts only when it asks at least this share more than the load itself
+    # asked over the scale-down window (and at least one replica more): a forecast within
+    # the load's own noise held replicas for nothing on smooth services (ServeGen,
+    # conversation week); on bursty ones it is a burst the reactive signals would be late for.
+    minAboveLoadFraction: Annotated[float, Field(ge=0)] = 0.2
 
     @model_validator(mode="after")
     def _consistent(self) -> Forecast:

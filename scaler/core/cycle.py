@@ -12,6 +12,7 @@ results in. `prev` is never changed; the returned state replaces it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -73,7 +74,13 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
             lead = svc.coldStartSeconds + fc.researchGraceSeconds
             p = forecast.predict(hist, fc, cal, lead)
             note = p.note
-            if p.replicas is not None:
+            asked = _load_asked(prev.policy.get(svc.name))
+            if p.replicas is not None and p.replicas < _above(asked, fc.minAboveLoadFraction):
+                note = (
+                    f"{p.note}: {p.replicas} is within the load's own "
+                    f"{fc.minAboveLoadFraction:.0%} of {asked} (not used)"
+                )
+            elif p.replicas is not None:
                 ahead = SignalVerdict(
                     "forecast", p.replicas, p.replicas, p.replicas, note=f"{p.note} ahead"
                 )
@@ -86,6 +93,8 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
                 if need is not None
                 else (hist or forecast.empty(fc))
             )
+        elif fc.enabled and svc.forecast and hist is not None:  # no clock now: keep the history
+            history[svc.name] = hist
     complete = all(d.fresh for d in services.values())
 
     reserve = ReserveTracker(cfg.pool) if prev.reserve is None else prev.reserve.copy()
@@ -116,6 +125,17 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     return decision, state
 
 
+def _above(replicas: int, fraction: float) -> int:
+    """The least a forecast must ask to count: `fraction` more than `replicas`, and one."""
+    return replicas + max(1, math.ceil(fraction * replicas - 1e-9))
+
+
+def _load_asked(p: PolicyState | None) -> int:
+    """The most the load's signals asked over the scale-down window (the forecast's ask is
+    not kept there): the level the reactive policy holds anyway."""
+    return max((r for _, r in p.window), default=0) if p is not None else 0
+
+
 def _reactive_need(svc: InferenceService, d: ServiceDecision) -> int | None:
     """What the signals alone asked (the forecast's own ask left out, so it never feeds
     itself), clamped; None without fresh evidence (nothing is recorded then)."""
@@ -139,7 +159,8 @@ def _withhold(
 ) -> dict[str, int]:
     """Per research class: GPUs inference is predicted to need, beyond what it holds or asks
     now, within the class's checkpoint interval, or needed within the last such interval
-    (bursts come back); `pool.forecast` on and the class's checkpointIntervalSeconds > 0."""
+    (bursts come back); `pool.forecast` on and the class's checkpointIntervalSeconds > 0.
+    Only a want `minAboveLoadFraction` above what inference holds counts (see step)."""
     fc = cfg.pool.forecast
     out: dict[str, int] = {}
     if not fc.enabled or calendar is None:
@@ -163,6 +184,8 @@ def _withhold(
                 continue
             held = d.current if d.desired is None else max(d.desired, d.current)
             want = min(svc.maxReplicas, max(known))
-            extra += max(0, want - held) * svc.gpusPerReplica
+            if want < _above(held, fc.minAboveLoadFraction):
+                continue  # the load's own noise: withholding for it starved research (conv)
+            extra += (want - held) * svc.gpusPerReplica
         out[c.name] = extra
     return out
