@@ -766,3 +766,18 @@ def test_the_forecast_holds_only_while_it_asks() -> None:
             assert d.desired == 8
         d, state = decide(svc, quiet, state, 620.0)  # the forecast no longer asks
         assert d.desired == desired_after, d.reason
+
+
+def test_a_lower_forecast_still_floors_a_scale_down() -> None:
+    """The forecast drops from 8 to 6 while the load asks 2: the target steps down (up to 4
+    a step here) to the forecast's 6, not to what the load asks."""
+    svc = make_svc(scale_down={"stabilizationSeconds": 300, "maxStepReplicas": 4})
+    quiet = make_load(ready=8, waiting=0.0, running=8.0, kv_usage_mean=0.1, kv_usage_max=0.1)
+    state = settled_at(svc, 2)
+    for now in range(10, 620, 60):
+        d, state = decide(
+            svc, quiet, state, float(now), forecast=SignalVerdict("forecast", 8, 8, 8)
+        )
+        assert d.desired == 8
+    d, state = decide(svc, quiet, state, 620.0, forecast=SignalVerdict("forecast", 6, 6, 6))
+    assert d.desired == 6, d.reason

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService, Slo, Thresholds
+from scaler.core.decision import SignalVerdict
 from scaler.core.load import ServiceLoad
 from scaler.core.policy import PolicyState, decide
 
@@ -176,6 +177,35 @@ def test_more_load_never_lowers_the_target(
         assert heavy.desired is None
     else:
         assert heavy.desired is not None and heavy.desired >= light.desired
+
+
+@PROFILE
+@given(
+    services(),
+    histories(),
+    loads(usable=True),
+    st.lists(st.none() | st.integers(0, 40), max_size=12),
+    st.integers(0, 40),
+)
+def test_a_forecast_never_lowers_the_target(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    load: ServiceLoad,
+    earlier: list[int | None],
+    predicted: int,
+) -> None:
+    """Whatever forecasts came before (and dropped), a forecast now only adds: the target
+    with it is at least the target without it, from the same state."""
+    state: PolicyState | None = None
+    now = 0.0
+    for (now, past), f in zip(history, [*earlier, *[None] * len(history)], strict=False):
+        fv = None if f is None else SignalVerdict("forecast", f, f, f)
+        _, state = decide(svc, past, state, now, forecast=fv)
+    fv = SignalVerdict("forecast", predicted, predicted, predicted)
+    without, _ = decide(svc, load, state, now + 5)
+    with_it, _ = decide(svc, load, state, now + 5, forecast=fv)
+    assert with_it.desired is not None and without.desired is not None
+    assert with_it.desired >= without.desired
 
 
 @PROFILE
