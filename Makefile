@@ -14,7 +14,7 @@ help:
 	@echo "make lint   - ruff + mypy"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
-	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, shuffled control (~75 min on 2 cores)"
+	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seed 7, shuffled control (~85 min on 2 cores)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 	@echo "make cluster - real etcd/kube-apiserver/controller-manager/scheduler + KEDA, kwok GPU nodes"
 	@echo "make cluster-down - stop it"
@@ -84,6 +84,8 @@ bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --days 7 $(OBJ) --policies ours --no-forecast --trace azure-conv-week --out bench/results/objective-azure-conv-7d-reactive
 	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) --policies ours,static-peak,oracle --trace servegen-large --out bench/results/objective-servegen-large-3d
 	$(PY) -m bench.simulate --days 3 $(OBJ) --policies ours --no-forecast --trace servegen-large --out bench/results/objective-servegen-large-3d-reactive
+	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) --seed 7 --policies ours,static-peak,oracle --trace servegen-large --out bench/results/objective-servegen-large-3d-seed7
+	$(PY) -m bench.simulate --days 3 $(OBJ) --seed 7 --policies ours --no-forecast --trace servegen-large --out bench/results/objective-servegen-large-3d-seed7-reactive
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-6d-shuffled
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-6d-shuffled-reactive
 
