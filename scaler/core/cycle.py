@@ -80,6 +80,15 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
                     f"{p.note}: {p.replicas} is within the load's own "
                     f"{fc.minAboveLoadFraction:.0%} of {asked} (not used)"
                 )
+                # ... to raise. As a predicted burst arrives the load's ask rises toward
+                # the forecast: it still holds what it raised (never more), or the target
+                # stepped down mid-burst (ServeGen seed 7: 99.62 % vs 99.90 %).
+                pol = prev.policy.get(svc.name)
+                base = pol.desired if pol is not None else None
+                if base is not None and min(base, p.replicas) > asked:
+                    hold = min(base, p.replicas)
+                    note = f"{p.note}: holds {hold} (within the load's own range to raise)"
+                    ahead = SignalVerdict("forecast", hold, hold, hold, note=note)
             elif p.replicas is not None:
                 ahead = SignalVerdict(
                     "forecast", p.replicas, p.replicas, p.replicas, note=f"{p.note} ahead"
