@@ -350,6 +350,17 @@ def test_replicas_the_forecast_added_are_not_recorded_as_need() -> None:
     assert state.forecast["chat"].days[day][slot] == 8  # ... the load needs 8
 
 
+def forecast_pool(**svc: Any) -> Any:
+    """A 64-GPU pool with the forecast on and one service, `chat` (4 GPUs, max 16)."""
+    chat = {"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}}
+    return parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 64}, "forecast": {"enabled": True}},
+            "inference": [{**chat, "maxReplicas": 16, **svc}],
+        }
+    )
+
+
 @pytest.mark.parametrize(
     ("predicted", "used"),
     [
@@ -362,19 +373,7 @@ def test_the_forecast_acts_only_above_what_the_load_asks(predicted: int, used: b
     """The load holds 10 replicas (a queue in the hold zone); a forecast of 11 is within
     minAboveLoadFraction (0.2) of it: not used, explain says so. On smooth traffic such a
     forecast was the previous days' noise held all day."""
-    c = parse_config(
-        {
-            "pool": {"name": "p", "capacity": {"gpus": 64}, "forecast": {"enabled": True}},
-            "inference": [
-                {
-                    "name": "chat",
-                    "gpusPerReplica": 4,
-                    "targets": {"static": ["h:1"]},
-                    "maxReplicas": 16,
-                },
-            ],
-        }
-    )
+    c = forecast_pool()
     h = days_of([predicted] * 24, 2, c.pool.forecast)
     state = CycleState(forecast={"chat": h})
     s = EngineSample(3.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)  # 3 waiting on each of 10
@@ -396,20 +395,7 @@ def test_a_forecast_within_the_fraction_still_holds_what_it_raised() -> None:
     arrives: the load asks 12, and 14 is now within 20 % of it, too little to raise. It
     still holds the 14 it raised; it no longer counted, the load's low time (11 minutes)
     let the target step down mid-burst (ServeGen seed 7: 99.62 % against 99.90 %)."""
-    c = parse_config(
-        {
-            "pool": {"name": "p", "capacity": {"gpus": 64}, "forecast": {"enabled": True}},
-            "inference": [
-                {
-                    "name": "chat",
-                    "gpusPerReplica": 4,
-                    "targets": {"static": ["h:1"]},
-                    "maxReplicas": 16,
-                    "scaleDown": {"stabilizationSeconds": 600, "maxStepReplicas": 2},
-                },
-            ],
-        }
-    )
+    c = forecast_pool(scaleDown={"stabilizationSeconds": 600, "maxStepReplicas": 2})
     # Past days needed 6 until 01:00 (today too: it fits), 14 after.
     state = CycleState(forecast={"chat": days_of([6] + [14] * 23, 2, c.pool.forecast)})
     t0 = MON + 2 * DAY + 3000.0  # 00:50
