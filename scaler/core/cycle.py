@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scaler.config import Config, InferenceService
+from scaler.config import Config, Forecast, InferenceService
 from scaler.core import forecast
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
@@ -73,26 +73,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if cal is not None:
             lead = svc.coldStartSeconds + fc.researchGraceSeconds
             p = forecast.predict(hist, fc, cal, lead)
-            note = p.note
-            asked = _load_asked(prev.policy.get(svc.name))
-            if p.replicas is not None and p.replicas < _above(asked, fc.minAboveLoadFraction):
-                note = (
-                    f"{p.note}: {p.replicas} is within the load's own "
-                    f"{fc.minAboveLoadFraction:.0%} of {asked} (not used)"
-                )
-                # ... to raise. As a predicted burst arrives the load's ask rises toward
-                # the forecast: it still holds what it raised (never more), or the target
-                # stepped down mid-burst (ServeGen seed 7: 99.62 % vs 99.90 %).
-                pol = prev.policy.get(svc.name)
-                base = pol.desired if pol is not None else None
-                if base is not None and min(base, p.replicas) > asked:
-                    hold = min(base, p.replicas)
-                    note = f"{p.note}: holds {hold} (within the load's own range to raise)"
-                    ahead = SignalVerdict("forecast", hold, hold, hold, note=note)
-            elif p.replicas is not None:
-                ahead = SignalVerdict(
-                    "forecast", p.replicas, p.replicas, p.replicas, note=f"{p.note} ahead"
-                )
+            ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
         d, policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now, forecast=ahead)
         services[svc.name] = replace(d, forecast_note=note) if note else d
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)
@@ -132,6 +113,28 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     )
     state = CycleState(seq, MappingProxyType(policy), reserve, ready, MappingProxyType(history))
     return decision, state
+
+
+def _forecast_verdict(
+    p: forecast.Prediction, pol: PolicyState | None, fc: Forecast
+) -> tuple[SignalVerdict | None, str]:
+    """The forecast signal for this cycle and explain's note. A prediction within
+    `minAboveLoadFraction` of what the load asked may not raise; it still holds what it
+    raised (never more): as a predicted burst arrives the load's ask rises toward it, and
+    dropping it then stepped the target down mid-burst (ServeGen seed 7: 99.62 % vs 99.90 %)."""
+    if p.replicas is None:
+        return None, p.note
+    asked = _load_asked(pol)
+    if p.replicas >= _above(asked, fc.minAboveLoadFraction):
+        return SignalVerdict(
+            "forecast", p.replicas, p.replicas, p.replicas, note=f"{p.note} ahead"
+        ), p.note
+    hold = min(pol.desired, p.replicas) if pol is not None and pol.desired is not None else 0
+    if hold > asked:
+        note = f"{p.note}: holds {hold} (within the load's own range to raise)"
+        return SignalVerdict("forecast", hold, hold, hold, note=note), note
+    pct = f"{fc.minAboveLoadFraction:.0%}"
+    return None, f"{p.note}: {p.replicas} is within the load's own {pct} of {asked} (not used)"
 
 
 def _above(replicas: int, fraction: float) -> int:
