@@ -303,6 +303,18 @@ class ScaleDown(_Model):
     stabilizationSeconds: Annotated[float, Field(ge=0)] = 600.0
     maxStepReplicas: Annotated[int, Field(ge=1)] = 1  # replicas removed per step
     stepSeconds: Annotated[float, Field(ge=0)] = 60.0  # min time between scale-down steps
+    # Time constant (s) of the moving average of waiting and running requests whose ask the
+    # window keeps (scale-ups read the load as it is). The window holds its highest ask, so
+    # a queue that flickers into the hold zone once a minute otherwise holds a replica the
+    # load does not need (bench, conversation week: 77.8 % -> 88.5 % of the oracle's harvest).
+    # None: stabilizationSeconds / 10; 0: off (the window keeps the instantaneous asks).
+    smoothingSeconds: Annotated[float, Field(ge=0)] | None = None
+
+    @property
+    def smoothing_s(self) -> float:
+        if self.smoothingSeconds is None:
+            return self.stabilizationSeconds / 10.0
+        return self.smoothingSeconds
 
 
 class Slo(_Model):

@@ -395,7 +395,10 @@ def test_a_forecast_within_the_fraction_still_holds_what_it_raised() -> None:
     arrives: the load asks 12, and 14 is now within 20 % of it, too little to raise. It
     still holds the 14 it raised; it no longer counted, the load's low time (11 minutes)
     let the target step down mid-burst (ServeGen seed 7: 99.62 % against 99.90 %)."""
-    c = forecast_pool(scaleDown={"stabilizationSeconds": 600, "maxStepReplicas": 2})
+    # smoothingSeconds 0: the window keeps the burst's ask from its first cycle.
+    c = forecast_pool(
+        scaleDown={"stabilizationSeconds": 600, "maxStepReplicas": 2, "smoothingSeconds": 0}
+    )
     # Past days needed 6 until 01:00 (today too: it fits), 14 after.
     state = CycleState(forecast={"chat": days_of([6] + [14] * 23, 2, c.pool.forecast)})
     t0 = MON + 2 * DAY + 3000.0  # 00:50

@@ -13,6 +13,7 @@ from scaler.core.decision import ServiceDecision, SignalVerdict
 from scaler.core.load import ServiceLoad
 from scaler.core.policy import (
     PolicyState,
+    Smoothed,
     decide,
     format_decision,
     hpa_replicas,
@@ -22,6 +23,7 @@ from scaler.core.policy import (
     queue_need,
     queue_replicas,
     signal_verdicts,
+    smooth,
 )
 
 
@@ -781,3 +783,124 @@ def test_a_lower_forecast_still_floors_a_scale_down() -> None:
         assert d.desired == 8
     d, state = decide(svc, quiet, state, 620.0, forecast=SignalVerdict("forecast", 6, 6, 6))
     assert d.desired == 6, d.reason
+
+
+# --- the scale-down window's moving average (scaleDown.smoothingSeconds) -------------------
+
+
+@pytest.mark.parametrize(
+    ("prev", "now", "tau", "expected"),
+    [
+        pytest.param(None, 10.0, 60.0, (10.0, 20.0, 40.0), id="first-sample-starts-it"),
+        pytest.param((0.0, 0.0, 0.0), 60.0, 60.0, (60.0, 12.64, 25.28), id="one-tau-63pct"),
+        pytest.param((0.0, 0.0, 0.0), 5.0, 60.0, (5.0, 1.6, 3.2), id="one-5s-cycle-8pct"),
+        pytest.param((0.0, 0.0, 0.0), 3600.0, 60.0, (3600.0, 20.0, 40.0), id="gap-forgets"),
+        pytest.param((10.0, 0.0, 0.0), 10.0, 60.0, (10.0, 20.0, 40.0), id="same-instant"),
+        pytest.param((0.0, 0.0, 0.0), 60.0, 0.0, None, id="off"),
+    ],
+)
+def test_smooth(
+    prev: tuple[float, float, float] | None,
+    now: float,
+    tau: float,
+    expected: tuple[float, float, float] | None,
+) -> None:
+    got = smooth(
+        None if prev is None else Smoothed(*prev), low(waiting=20.0, running=40.0), now, tau
+    )
+    if expected is None:
+        assert got is None
+    else:
+        assert got is not None
+        assert (got.at, got.waiting, got.running) == pytest.approx(expected, abs=0.01)
+
+
+def blips(svc: InferenceService, until: float, *, every: float = 60.0) -> list[ServiceDecision]:
+    """4 replicas settled; a 5-s cycle; the queue is empty but for one cycle a minute with 12
+    waiting (3 per replica: the hold zone, 2.5-5). The pods follow the target."""
+    st = settled_at(svc, 4)
+    out = []
+    for i in range(1, int(until / 5) + 1):
+        now = 5.0 * i
+        ready = st.desired or 0
+        waiting = 3.0 * ready if now % every == 0 else 0.0
+        d, st = decide(svc, make_load(ready=ready, waiting=waiting, running=2.0), st, now)
+        out.append(d)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("smoothing", "lowest"),
+    [
+        pytest.param(0, 4, id="off-every-blip-holds-the-window"),
+        pytest.param(None, 1, id="default-300s-window-30s-average"),
+        pytest.param(30, 1, id="30s"),
+    ],
+)
+def test_hold_zone_blips_do_not_hold_the_window(smoothing: float | None, lowest: int) -> None:
+    """A queue that touches the hold zone for one 5-s cycle a minute: without the average,
+    each blip asks to keep 4 replicas and the 300-s window never empties; averaged over
+    30 s, a blip is 0.46 waiting per replica and the target steps down to minReplicas."""
+    sd: dict[str, Any] = {"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 60}
+    if smoothing is not None:
+        sd["smoothingSeconds"] = smoothing
+    svc = make_svc(thresholds={"waitingPerReplica": 5}, scale_down=sd)
+    ds = blips(svc, 900.0)
+    assert min(d.desired or 0 for d in ds) == lowest
+    if smoothing != 0:
+        blip = next(d for d in ds if d.current == 4 and by_signal(d)["queue"].value > 0)
+        q = by_signal(blip)["queue"]
+        assert q.replicas == 4 and q.calm is not None and q.calm < 4
+        assert q.need is not None and q.need <= q.calm
+        assert f"averaged over 30 s: {q.calm} for the scale-down window" in q.note
+        assert "averaged over 30 s" in format_decision(blip)
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 30.0, 600.0])
+def test_a_breach_scales_up_at_once_whatever_the_average(smoothing: float) -> None:
+    """The average only decides what the window keeps: 40 waiting on 4 replicas (10 per
+    replica, threshold 5) raises the target in the same cycle, however long the average."""
+    svc = make_svc(
+        thresholds={"waitingPerReplica": 5},
+        scale_down={"stabilizationSeconds": 300, "smoothingSeconds": smoothing},
+    )
+    st = settled_at(svc, 4)
+    ds, _ = run(
+        svc, [(5.0, make_load(ready=4, waiting=0.0)), (10.0, make_load(ready=4, waiting=40.0))], st
+    )
+    assert [d.desired for d in ds] == [4, 8]
+    assert ds[1].reason.startswith("scale up 4->8")
+
+
+def test_the_average_never_delays_a_scale_down() -> None:
+    """After ten minutes of a deep hold-zone queue the load stops: the average still
+    remembers the queue, but the window keeps the lower of the two asks, so every step
+    comes when it comes without the average."""
+    got = {}
+    for smoothing in (0.0, 120.0):
+        svc = make_svc(
+            thresholds={"waitingPerReplica": 5},
+            scale_down={"stabilizationSeconds": 300, "smoothingSeconds": smoothing},
+        )
+        st = settled_at(svc, 8)
+        seq = []
+        for i in range(1, 240):
+            now = 5.0 * i
+            ready = st.desired or 0
+            waiting = 4.0 * ready if now <= 600 else 0.0
+            d, st = decide(svc, make_load(ready=ready, waiting=waiting, running=2.0), st, now)
+            seq.append(d.desired)
+        got[smoothing] = seq
+    assert got[120.0] == got[0.0]
+    assert got[0.0][-1] < 8  # it did scale down
+
+
+def test_stale_data_keeps_the_average_and_never_lowers() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 5}, scale_down={"smoothingSeconds": 60})
+    st = settled_at(svc, 4)
+    _, st = decide(svc, make_load(ready=4, waiting=0.0), st, 5.0)
+    avg = st.smoothed
+    assert avg is not None and avg.at == 5.0
+    d, st = decide(svc, make_load(ready=0, unhealthy=4, complete=False), st, 10.0)
+    assert d.desired == 4 and not d.fresh
+    assert st.smoothed == avg

@@ -58,6 +58,8 @@ def services(draw: st.DrawFn) -> InferenceService:
                 "stabilizationSeconds": draw(st.sampled_from([0, 15, 60, 300])),
                 "maxStepReplicas": draw(st.integers(1, 5)),
                 "stepSeconds": draw(st.sampled_from([0, 10, 60])),
+                # None: the default (stabilizationSeconds / 10); 0: off.
+                "smoothingSeconds": draw(st.sampled_from([None, 0, 30, 120])),
             },
             "coldStartSeconds": draw(st.sampled_from([0, 60, 180])),
             # The slo signal on in a third of the services (vLLM histograms, see test_slo.py).

@@ -30,6 +30,9 @@ class SignalVerdict:
     # forecast's history records `need`, so replicas the forecast added never come back as
     # tomorrow's need (a ratchet: on ServeGen it held 33 % more GPU-hours than reactive).
     need: int | None = None
+    # Replicas this signal's reading of the averaged load asks (scaleDown.smoothingSeconds):
+    # what the scale-down window keeps. None: `replicas`. Never above `replicas`.
+    calm: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

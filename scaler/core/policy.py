@@ -11,7 +11,8 @@ Per cycle:
 3. stability: up at once (optionally capped per decision); down only after every
    signal has stayed below the target for `scaleDown.stabilizationSeconds`, then by at most
    `scaleDown.maxStepReplicas` per `scaleDown.stepSeconds`, to the highest recommendation
-   seen in that window;
+   seen in that window; the window keeps what the signals ask of waiting and running
+   averaged over `scaleDown.smoothingSeconds` (never more than they ask now);
 4. missing or stale data never lowers the target. See docs/policy.md for the reasoning.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scaler.config import InferenceService
 from scaler.core import slo as slo_signal
@@ -65,6 +66,58 @@ class PolicyState:
     # learned requests/s per ready replica at the objective and when it last changed.
     slo_window: tuple[SloEntry, ...] = ()
     learned: Learned = field(default_factory=Learned)
+    # Moving average of waiting and running (scaleDown.smoothingSeconds); None: none yet or
+    # off. Not persisted: after a restart it starts again from the first sample.
+    smoothed: Smoothed | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Smoothed:
+    """Exponential moving average of a service's waiting and running requests."""
+
+    at: float  # `now` of the last sample folded in
+    waiting: float
+    running: float
+
+
+def smooth(prev: Smoothed | None, load: ServiceLoad, now: float, tau: float) -> Smoothed | None:
+    """`prev` with this cycle's load folded in, time constant `tau` seconds (0: off).
+
+    Weighted by the time since the last sample, so the average does not depend on the cycle
+    length; the first sample (or one after a gap many tau long) starts it afresh."""
+    if tau <= 0:
+        return None
+    if prev is None or now <= prev.at:
+        return Smoothed(now, load.waiting, load.running)
+    a = 1.0 - math.exp(-(now - prev.at) / tau)
+    return Smoothed(
+        now,
+        prev.waiting + a * (load.waiting - prev.waiting),
+        prev.running + a * (load.running - prev.running),
+    )
+
+
+def _with_calm(
+    verdicts: tuple[SignalVerdict, ...], averaged: tuple[SignalVerdict, ...], tau: float
+) -> tuple[SignalVerdict, ...]:
+    """`verdicts` with what each signal asks of the averaged load as `calm` (and `need`):
+    the lower of the two, so the average filters blips up without delaying a drop."""
+    by_signal = {v.signal: v for v in averaged if not v.abstain}
+    out = []
+    for v in verdicts:
+        a = by_signal.get(v.signal)
+        if v.abstain or a is None:
+            out.append(v)
+            continue
+        # The forecast's history records `need`: the averaged one, or it would bring the
+        # blips back as tomorrow's forecast (conversation week: 82.5 % of the oracle's
+        # harvest with the instantaneous need recorded, 88.5 % with the averaged one).
+        need = v.need if v.need is None or a.need is None else min(v.need, a.need)
+        if a.replicas < v.replicas:
+            note = f"averaged over {tau:.0f} s: {a.replicas} for the scale-down window"
+            v = replace(v, calm=a.replicas, note=f"{v.note}; {note}" if v.note else note)
+        out.append(replace(v, need=need))
+    return tuple(out)
 
 
 def _ceil(x: float) -> int:
@@ -250,6 +303,10 @@ def max_tolerance_for_single_steps(max_replicas: int) -> float:
     return 1.0 / max_replicas
 
 
+def _calm(v: SignalVerdict) -> int:
+    return v.replicas if v.calm is None else v.calm
+
+
 def top_reading(verdicts: Sequence[SignalVerdict]) -> SignalVerdict:
     """The verdict that sets the recommendation: the most replicas asked, the first of
     equals (SIGNALS order). `verdicts` are readings (none abstains), at least one."""
@@ -287,6 +344,13 @@ def decide(
     cold = _cold_start_cap(svc, load, prev, now)
     batch = prev.batch_per_replica if prev is not None else None
     verdicts = signal_verdicts(svc, load, waiting_cap=cold, batch=batch)
+    tau = svc.scaleDown.smoothing_s
+    smoothed = smooth(prev.smoothed if prev is not None else None, load, now, tau)
+    if smoothed is not None:
+        calm = replace(load, waiting=smoothed.waiting, running=smoothed.running)
+        verdicts = _with_calm(
+            verdicts, signal_verdicts(svc, calm, waiting_cap=cold, batch=batch), tau
+        )
     slo_window: tuple[SloEntry, ...] = ()
     learned = prev.learned if prev is not None else Learned()
     slo_status: SloStatus | None = None
@@ -316,7 +380,7 @@ def decide(
     # the forecast's stabilization was 12 % of the time). The window keeps what the load
     # asked; the forecast holds only while it asks.
     reactive = [v for v in readings if v.signal != "forecast"]
-    held = _clamp(top_reading(reactive).replicas, lo, hi) if reactive else lo
+    held = _clamp(max(_calm(v) for v in reactive), lo, hi) if reactive else lo
     # An abstaining signal gives no evidence that fewer replicas suffice: it blocks the
     # scale-down window like stale data, but does not delay a scale-up.
     window_rec = max(held, base) if abstaining else held
@@ -394,6 +458,7 @@ def decide(
         batch_per_replica=learn_batch(svc, load, batch),
         slo_window=slo_window,
         learned=learned,
+        smoothed=smoothed,
     )
     decision = _decision(
         svc,
@@ -515,6 +580,7 @@ def _hold(
         batch_per_replica=prev.batch_per_replica if prev else None,
         slo_window=prev.slo_window if prev else (),
         learned=prev.learned if prev else Learned(),
+        smoothed=prev.smoothed if prev else None,
     )
     decision = _decision(svc, load, desired, reason, verdicts, fresh=False, by=by, recommended=None)
     return decision, state

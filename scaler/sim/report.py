@@ -132,7 +132,9 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         + ", ".join(
             f"{k}={v:g}" for k, v in s["ours_thresholds"].items() if isinstance(v, float) and v
         )
-        + f"; scaleDown.stabilizationSeconds {s['ours_scale_down_s']:g}; HPA tolerance "
+        + f"; scaleDown.stabilizationSeconds {s['ours_scale_down_s']:g}"
+        + (f" (smoothingSeconds {s['ours_smoothing_s']:g})" if "ours_smoothing_s" in s else "")
+        + "; HPA tolerance "
         f"{s['ours_hpa_tolerance']:g} (chart), no HPA scale-down window; the server's cycle step "
         "(tokens/s between consecutive scrapes); adaptive reserve "
         + (f"≤ {s['adaptive_reserve_max_gpus']} GPUs" if s["adaptive_reserve_max_gpus"] else "off")

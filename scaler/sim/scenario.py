@@ -382,4 +382,5 @@ def scenario_dict(run: ScenarioRun) -> dict[str, Any]:
     svc = run.config.inference[0]
     d["ours_thresholds"] = svc.thresholds.model_dump()
     d["ours_scale_down_s"] = svc.scaleDown.stabilizationSeconds  # as applied (default or flag)
+    d["ours_smoothing_s"] = svc.scaleDown.smoothing_s
     return d
