@@ -14,7 +14,7 @@ help:
 	@echo "make lint   - ruff + mypy"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
-	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seed 7, shuffled control (~85 min on 2 cores)"
+	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seed 7, shuffled control (~45 min on 2 cores)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 	@echo "make cluster - real etcd/kube-apiserver/controller-manager/scheduler + KEDA, kwok GPU nodes"
 	@echo "make cluster-down - stop it"
@@ -75,7 +75,7 @@ bench-week: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 --out $(SIM_WEEK)
 
 # Latency objective + forecast (docs/bench.md, "Objective-driven"): the issue-14 acceptance
-# runs, ~60 min on 2 cores (the conversation week alone ~35). Objective 2.5 s (a vLLM bucket bound), scored from day 1.
+# runs, ~45 min on 2 cores (the conversation week alone ~20). Objective 2.5 s (a vLLM bucket bound), scored from day 1.
 OBJ := --slo 2.5 --adaptive-reserve 16
 bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --out bench/results/objective-azure-code-7d
