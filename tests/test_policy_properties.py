@@ -206,8 +206,10 @@ def test_a_forecast_never_lowers_the_target(
     fv = SignalVerdict("forecast", predicted, predicted, predicted)
     without, _ = decide(svc, load, state, now + 5)
     with_it, _ = decide(svc, load, state, now + 5, forecast=fv)
-    assert with_it.desired is not None and without.desired is not None
-    assert with_it.desired >= without.desired
+    assert with_it.desired is not None
+    # Without it there may be no target yet (every load signal abstains, no history): the
+    # forecast's reading then gives the first one, which is adding too.
+    assert without.desired is None or with_it.desired >= without.desired
 
 
 @PROFILE
