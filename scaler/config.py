@@ -177,7 +177,10 @@ class Forecast(_Model):
     # asked over the scale-down window (and at least one replica more): a forecast within
     # the load's own noise held replicas for nothing on smooth services (ServeGen,
     # conversation week); on bursty ones it is a burst the reactive signals would be late for.
-    minAboveLoadFraction: Annotated[float, Field(ge=0)] = 0.2
+    # 0.3 since the window keeps the averaged load's ask (lower than before): with 0.2 the
+    # forecast set ServeGen's target twice as often (bench: conversation 88.5 -> 92.9 % of the
+    # oracle's harvest, ServeGen 72.7 -> 78.7 %, coding 82.2 -> 81.6 %).
+    minAboveLoadFraction: Annotated[float, Field(ge=0)] = 0.3
 
     @model_validator(mode="after")
     def _consistent(self) -> Forecast:
