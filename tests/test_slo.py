@@ -279,9 +279,10 @@ def entries(n: int, good: float, total: float, rps: float, ready: int, t0: float
 
 
 # Per case: window (already observed), capacity, raised_at, load (now = last entry),
-# expected replicas asked, expected substring of the note.
+# expected replicas asked, what the scale-down window keeps (None: the ask), expected
+# substring of the note.
 VERDICTS = {
-    # window, capacity, raised_at, ready, starting, asks, note (now = last entry's time)
+    # window, capacity, raised_at, ready, starting, asks, calm, note (now = last entry's time)
     "too-few-requests-asks-nothing": (
         entries(10, 1, 1, 0.2, 2),
         None,
@@ -289,6 +290,7 @@ VERDICTS = {
         2,
         0,
         0,
+        None,
         "not measured",
     ),
     "holding-without-capacity-asks-nothing": (
@@ -298,6 +300,7 @@ VERDICTS = {
         10,
         0,
         0,
+        None,
         "100.00% of 600",
     ),
     "holding-sized-by-capacity": (
@@ -307,10 +310,20 @@ VERDICTS = {
         10,
         0,
         10,
+        None,
         "capacity 0.5",
     ),
-    "breach-adds-one": (entries(60, 9, 10, 2.0, 10), None, None, 10, 0, 11, "below objective"),
-    "breach-sized-by-capacity": (entries(60, 9, 10, 8.0, 10), 0.5, None, 10, 0, 16, "below"),
+    "breach-adds-one": (
+        entries(60, 9, 10, 2.0, 10),
+        None,
+        None,
+        10,
+        0,
+        11,
+        None,
+        "below objective",
+    ),
+    "breach-sized-by-capacity": (entries(60, 9, 10, 8.0, 10), 0.5, None, 10, 0, 16, None, "below"),
     "breach-with-replicas-starting-holds": (
         entries(60, 9, 10, 2.0, 10),
         None,
@@ -318,23 +331,46 @@ VERDICTS = {
         10,
         2,
         12,
+        None,
         "replicas on the way",
     ),
     "breach-before-the-raise-settled-holds-not-adds": (
-        # every entry is from before raise + coldStart: the breach is answered, hold
+        # every entry is from before raise + coldStart: the breach is answered, hold; the
+        # scale-down window keeps the rate's ask (none without a capacity)
         entries(60, 9, 10, 2.0, 10),
         None,
         200.0,
         10,
         0,
         10,
-        "before the last raise: holding",
+        0,
+        "before the last raise: holding (the scale-down window keeps 0)",
+    ),
+    "answered-breach-window-keeps-the-rates-ask": (
+        entries(60, 9, 10, 2.0, 10),
+        0.5,
+        200.0,
+        10,
+        0,
+        10,
+        4,  # 2 req/s at 0.5 per replica
+        "holding (the scale-down window keeps 4)",
+    ),
+    "answered-breach-rate-above-the-hold-is-the-ask": (
+        entries(60, 9, 10, 8.0, 10),
+        0.5,
+        200.0,
+        10,
+        0,
+        16,
+        None,
+        "holding",
     ),
 }
 
 
 @pytest.mark.parametrize(
-    ("window", "capacity", "raised_at", "ready", "starting", "asks", "note"),
+    ("window", "capacity", "raised_at", "ready", "starting", "asks", "calm", "note"),
     VERDICTS.values(),
     ids=VERDICTS.keys(),
 )
@@ -345,13 +381,14 @@ def test_slo_verdict(
     ready: int,
     starting: int,
     asks: int,
+    calm: int | None,
     note: str,
 ) -> None:
     svc = make_svc()
     now = window[-1].t
     load = make_load(None, None, ready, starting=starting)
     v, status = verdict(svc, load, window, capacity, raised_at, now)
-    assert (v.signal, v.replicas, v.abstain) == ("slo", asks, False)
+    assert (v.signal, v.replicas, v.abstain, v.calm) == ("slo", asks, False, calm)
     assert note in v.note
     assert status.capacity_rps == capacity
 
@@ -509,6 +546,36 @@ def test_breach_raises_then_learns_capacity_and_sizes_from_it() -> None:
     text = format_decision(d0)
     assert "slo: objective 99.00% of requests with TTFT <= 2 s" in text
     assert f"capacity at the objective {cap:.3g} req/s/replica" in text
+
+
+def test_the_hold_after_a_breach_and_the_scale_down_window_overlap() -> None:
+    """After an answered breach the slo signal holds the replicas that exist while its
+    window still misses the objective; the scale-down window keeps only the rate's ask
+    meanwhile, so it counts alongside: the first step down may come sooner than a whole
+    stabilization window after the hold ends (before: always that long), never during it."""
+    svc = make_svc()
+    sd = svc.scaleDown.stabilizationSeconds
+    state: PolicyState | None = None
+    ready, dt = 10, 5.0
+    holding, downs = [], []
+    for i in range(250):
+        t = i * dt
+        if i == 0:  # 10 replicas miss the objective at 6 req/s: raised, capacity learned
+            load = make_load(hist(50, 80, 95, 100, 100), 6.0, ready=ready, running=20.0)
+        else:  # then 1 req/s, all within: the window's attainment recovers slowly
+            load = make_load(hist(20, 20, 20, 20, 20), 1.0, ready=ready, running=2.0)
+        d, state = decide(svc, load, state, t)
+        assert d.desired is not None
+        (v,) = [v for v in d.signals if v.signal == "slo"]
+        if "holding" in v.note:
+            holding.append(t)
+            assert "the scale-down window keeps" in format_decision(d) or v.calm is None
+        if d.desired < ready:
+            downs.append(t)
+        ready = d.desired
+    assert holding and downs
+    assert downs[0] > holding[-1]  # never while the breach is held
+    assert downs[0] < holding[-1] + sd  # ... but the scale-down window ran alongside
 
 
 def test_slo_off_or_without_histogram_changes_nothing() -> None:

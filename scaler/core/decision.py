@@ -30,8 +30,9 @@ class SignalVerdict:
     # forecast's history records `need`, so replicas the forecast added never come back as
     # tomorrow's need (a ratchet: on ServeGen it held 33 % more GPU-hours than reactive).
     need: int | None = None
-    # Replicas this signal's reading of the averaged load asks (scaleDown.smoothingSeconds):
-    # what the scale-down window keeps. None: `replicas`. Never above `replicas`.
+    # What the scale-down window keeps of this signal (None: `replicas`; never above it):
+    # the ask of the averaged load (scaleDown.smoothingSeconds), or for the slo signal
+    # holding an answered breach, the request rate's ask (the hold is its own).
     calm: int | None = None
 
 

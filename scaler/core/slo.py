@@ -27,7 +27,8 @@ requests, the request rate and the ready replicas. The policy keeps the entries 
   exists. Requests served before the last raise could take effect (raise +
   `coldStartSeconds`) do not count as a breach, so one slow window is answered once; while
   the window still holds such a breach, it asks at least the replicas that exist (no
-  scale-down straight after a breach).
+  scale-down straight after a breach), and the scale-down window meanwhile keeps only the
+  rate's ask (`calm`), so that hold and window overlap instead of adding up.
 
 Pure: time comes in as `now`.
 """
@@ -181,6 +182,7 @@ def verdict(
     if capacity is not None:
         note += f"; capacity {capacity:.3g} req/s/replica"
     need = base  # what the request rate needs at the learned capacity
+    calm = None  # what the scale-down window keeps (None: `ask`)
     if breached(slo, recent):  # (measured after the last raise took effect)
         coming = load.starting > 0
         ask = max(base, on_the_way if coming else on_the_way + 1)
@@ -189,9 +191,16 @@ def verdict(
     elif breached(slo, m):  # met since the last raise; the window still holds the breach
         ask = max(base, on_the_way)
         note += "; below objective before the last raise: holding"
+        if base < ask:
+            # The hold lasts while this window holds the breach; the scale-down window
+            # keeps the rate's ask, so the two run side by side, not one after the other
+            # (coding week: the holds ran back to back, 300 + 600 s after every breach).
+            calm = base
+            note += f" (the scale-down window keeps {base})"
     else:
         ask = base
-    return SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need), status
+    verdict = SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need, calm=calm)
+    return verdict, status
 
 
 def bin_of(per_replica_rps: float) -> int:
