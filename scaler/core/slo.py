@@ -199,8 +199,7 @@ def verdict(
             note += f" (the scale-down window keeps {base})"
     else:
         ask = base
-    verdict = SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need, calm=calm)
-    return verdict, status
+    return SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need, calm=calm), status
 
 
 def bin_of(per_replica_rps: float) -> int:
