@@ -578,6 +578,39 @@ def test_the_hold_after_a_breach_and_the_scale_down_window_overlap() -> None:
     assert downs[0] < holding[-1] + sd  # ... but the scale-down window ran alongside
 
 
+# Ten replicas run 90 requests with no queue at 4 req/s; the saturated batch learned is 10.
+# The queue's packing guard asks ceil(90 / (10 + 5)) = 6; at a capacity of 1 req/s per
+# replica the slo signal asks 4. Case: (ttft per cycle, capacity learned, waiting, settles
+# at, what the queue asks at the end).
+MET = hist(20, 20, 20, 20, 20)  # 20 requests per cycle, all within 2 s
+SIZES = {
+    "objective-met-the-slo-signal-sizes": (MET, 1.0, 0.0, 4, 0),
+    "no-capacity-learned-the-packing-guard-holds": (MET, None, 0.0, 6, 6),
+    "too-few-requests-the-packing-guard-holds": (hist(1, 1, 1, 1, 1), 1.0, 0.0, 6, 6),
+    "a-queue-in-the-hold-zone-still-holds": (MET, 1.0, 30.0, 10, 10),
+}
+
+
+@pytest.mark.parametrize(
+    ("ttft", "capacity", "waiting", "settles", "queue_asks"),
+    list(SIZES.values()),
+    ids=list(SIZES),
+)
+def test_with_the_objective_met_a_queue_below_its_hold_level_leaves_sizing_to_slo(
+    ttft: Buckets, capacity: float | None, waiting: float, settles: int, queue_asks: int
+) -> None:
+    svc = make_svc()
+    load = make_load(ttft, 4.0, ready=10, waiting=waiting, running=90.0)
+    _, state = decide(svc, load, None, 0.0)
+    state = replace(state, batch_per_replica=10.0, learned=Learned(capacity_rps=capacity))
+    for i in range(1, 400):
+        d, state = decide(svc, load, state, i * 5.0)
+    assert d.desired == settles
+    (q,) = [v for v in d.signals if v.signal == "queue"]
+    assert q.replicas == queue_asks
+    assert ("objective met: the slo signal sizes" in q.note) == (settles == 4)
+
+
 def test_slo_off_or_without_histogram_changes_nothing() -> None:
     svc = make_svc()
     plain = InferenceService.model_validate({**svc.model_dump(exclude={"slo"}), "slo": None})

@@ -202,6 +202,19 @@ def verdict(
     return SignalVerdict("slo", value, slo.attainment, ask, note=note, need=need, calm=calm), status
 
 
+def sizes(slo: Slo, status: SloStatus) -> bool:
+    """Whether the slo signal sizes the service this cycle: the objective (and the
+    inter-token one, if set) measured over the window and met, a capacity learned and a
+    request rate read. The queue signal then stops counting running requests below its
+    hold level (see `policy.signal_verdicts`)."""
+    if status.attainment is None or status.attainment < slo.attainment - _EPS:
+        return False
+    if status.itl_attainment is not None and status.itl_attainment < slo.attainment - _EPS:
+        return False
+    cap = status.capacity_rps
+    return cap is not None and cap > 0 and status.requests_per_s is not None
+
+
 def bin_of(per_replica_rps: float) -> int:
     """The load bin of a per-replica request rate (log-spaced, BIN_RATIO apart)."""
     if per_replica_rps <= BIN_BASE:
