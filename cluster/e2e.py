@@ -199,7 +199,8 @@ class Api:
         self.custom = client.CustomObjectsApi(c)
 
     def running_gpus(self) -> dict[str, int]:
-        """GPUs requested by Running, not terminating pods, per PriorityClass."""
+        """GPUs requested by Running, not terminating pods, per PriorityClass (the research
+        classes' own PriorityClasses summed as `<fullname>-research`)."""
         out: dict[str, int] = {}
         for p in self.core.list_namespaced_pod(NS).items:
             if p.status.phase != "Running" or p.metadata.deletion_timestamp is not None:
@@ -209,6 +210,8 @@ class Api:
             )
             if gpus:
                 pc = p.spec.priority_class_name or ""
+                if pc.startswith(f"{FULL}-research-"):  # one class per research class
+                    pc = f"{FULL}-research"
                 out[pc] = out.get(pc, 0) + gpus
         return out
 

@@ -49,6 +49,7 @@ from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
 from scaler.serve.metrics import ScalerMetrics
+from scaler.sim.kube import research_priorities
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 from tests.support.pki import make_pki
@@ -346,8 +347,8 @@ def test_configmap_loads_with_the_scalers_loader_and_keda_objects_agree(
 
     sjs = {ours(sj)["metadata"]["researchClass"]: sj for sj in objs(docs, "ScaledJob")}
     assert set(sjs) == {r.name for r in cfg.research}
-    research_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-research")
     for r in cfg.research:
+        research_pc = one(docs, "PriorityClass", f"{RELEASE}-gpu-pool-scaler-research-{r.name}")
         spec = sjs[r.name]["spec"]
         assert spec["maxReplicaCount"] == max(1, r.maxJobs)
         assert spec["rollout"]["strategy"] == "gradual"
@@ -558,20 +559,115 @@ def test_priority_classes_let_inference_preempt_research_and_nothing_else(
     docs = rendered[cid]
     pcs = {p["metadata"]["name"]: p for p in objs(docs, "PriorityClass")}
     inf = pcs[f"{RELEASE}-gpu-pool-scaler-inference"]
-    res = pcs[f"{RELEASE}-gpu-pool-scaler-research"]
     scaler = pcs[f"{RELEASE}-gpu-pool-scaler-scaler"]
-    assert inf["value"] > res["value"]
+    # One research class per research class (perClass, the default); none without any.
+    research = [p for n, p in pcs.items() if n.startswith(f"{RELEASE}-gpu-pool-scaler-research-")]
+    assert len(research) == len(ci_values(cid).get("research") or [])
     assert inf.get("preemptionPolicy", "PreemptLowerPriority") == "PreemptLowerPriority"
-    assert res["preemptionPolicy"] == "Never"
     assert not any(p["globalDefault"] for p in pcs.values())
     # The weakest setting that still gives GPUs back: inference at the level of pods
     # without a class (0) preempts research (< 0) but never other tenants' default pods;
     # research is below default pods too.
-    assert inf["value"] == 0 and res["value"] < 0
+    assert inf["value"] == 0
+    for res in research:
+        assert res["preemptionPolicy"] == "Never"
+        assert inf["value"] > res["value"] and res["value"] < 0
     # The scaler outranks what it scales, far below the system classes.
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["priorityClassName"] == scaler["metadata"]["name"]
     assert inf["value"] < scaler["value"] < 1_000_000_000
+
+
+def _research_class(name: str, gpus: int, ckpt: float, priority: int = 0) -> dict[str, Any]:
+    container = {"name": name, "image": "registry.example/job:1"}
+    return {
+        "name": name,
+        "gpusPerJob": gpus,
+        "checkpointIntervalSeconds": ckpt,
+        "priority": priority,
+        "scaledJob": {"jobTemplate": {"spec": {"containers": [container]}}},
+    }
+
+
+# Research classes -> the order of their PriorityClass values, highest first (evicted last).
+RANKS = {
+    "pretrain-finetune-eval-by-work-at-risk": (
+        [("eval", 1, 600, 0), ("finetune", 4, 1200, 0), ("pretrain", 8, 1800, 0)],
+        ["pretrain", "finetune", "eval"],
+    ),
+    "config-priority-first": (
+        [("big", 8, 1800, 0), ("urgent", 1, 60, 5)],
+        ["urgent", "big"],
+    ),
+    "same-work-more-gpus-then-name": (
+        [("b", 2, 600, 0), ("a", 2, 600, 0), ("wide", 4, 300, 0)],
+        ["wide", "a", "b"],
+    ),
+    "checkpoint-on-sigterm-loses-nothing-goes-first": (
+        [("sigterm", 8, 0, 0), ("periodic", 1, 300.5, 0)],
+        ["periodic", "sigterm"],
+    ),
+    "negative-config-priority": (
+        [("low", 8, 1800, -3), ("mid", 1, 60, 0)],
+        ["mid", "low"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("classes", "order"), list(RANKS.values()), ids=list(RANKS))
+def test_research_priority_classes_evict_what_is_cheapest_to_lose_first(
+    helm: Helm, tmp_path: Path, classes: list[tuple[str, int, float, int]], order: list[str]
+) -> None:
+    """One PriorityClass per research class, ranked by config priority, then by the work a
+    preemption can lose (gpusPerJob x checkpointIntervalSeconds): the scheduler evicts
+    the lowest first. The bench's simulated cluster uses the same values
+    (scaler.sim.kube.research_priorities): this is where the two are held together."""
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"research": [_research_class(*c) for c in classes]}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    prefix = f"{RELEASE}-gpu-pool-scaler-research-"
+    pcs = {
+        p["metadata"]["name"].removeprefix(prefix): p
+        for p in objs(docs, "PriorityClass")
+        if p["metadata"]["name"].startswith(prefix)
+    }
+    values = {n: p["value"] for n, p in pcs.items()}
+    assert sorted(values, key=lambda n: -values[n]) == order
+    assert values == research_priorities(classes)  # what the bench simulates
+    assert max(values.values()) == chart_defaults()["priorityClasses"]["research"]["value"]
+    assert all(p["preemptionPolicy"] == "Never" for p in pcs.values())
+    for sj in objs(docs, "ScaledJob"):
+        name = ours(sj)["metadata"]["researchClass"]
+        pod = sj["spec"]["jobTargetRef"]["template"]["spec"]
+        assert pod["priorityClassName"] == prefix + name
+
+
+@pytest.mark.parametrize(
+    ("pc_values", "want"),
+    [
+        pytest.param(
+            {"research": {"perClass": False}}, f"{RELEASE}-gpu-pool-scaler-research", id="one-class"
+        ),
+        pytest.param(
+            {"create": False, "inference": {"name": "inf"}, "research": {"name": "best-effort"}},
+            "best-effort",
+            id="existing-classes",
+        ),
+    ],
+)
+def test_research_priority_class_shared_when_not_per_class(
+    helm: Helm, tmp_path: Path, pc_values: dict[str, Any], want: str
+) -> None:
+    f = tmp_path / "v.yaml"
+    classes = [_research_class("eval", 1, 600), _research_class("train", 8, 1800)]
+    f.write_text(yaml.safe_dump({"research": classes, "priorityClasses": pc_values}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    research = [p for p in objs(docs, "PriorityClass") if "research" in p["metadata"]["name"]]
+    assert [p["metadata"]["name"] for p in research] == (
+        [want] if pc_values.get("create", True) else []
+    )
+    pods = [sj["spec"]["jobTargetRef"]["template"]["spec"] for sj in objs(docs, "ScaledJob")]
+    assert len(pods) == 2 and {p["priorityClassName"] for p in pods} == {want}
 
 
 def test_priority_class_name_replaces_the_scaler_class(helm: Helm, tmp_path: Path) -> None:
@@ -582,7 +678,10 @@ def test_priority_class_name_replaces_the_scaler_class(helm: Helm, tmp_path: Pat
     assert pod["priorityClassName"] == "platform-critical"
     assert {p["metadata"]["name"] for p in objs(docs, "PriorityClass")} == {
         f"{RELEASE}-gpu-pool-scaler-inference",
-        f"{RELEASE}-gpu-pool-scaler-research",
+        *(
+            f"{RELEASE}-gpu-pool-scaler-research-{r['name']}"
+            for r in ci_values("minimal").get("research") or []
+        ),
     }
 
 

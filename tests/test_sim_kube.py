@@ -28,6 +28,7 @@ from scaler.sim.kube import (
     ScaledJobController,
     complete_job,
     preempt_job,
+    research_priorities,
 )
 
 
@@ -176,6 +177,85 @@ def test_preemption_picks_node_with_fewest_victims() -> None:
     _, evicted = c.schedule(2.0, 30.0)
     assert [e.victim.gpus for e in evicted] == [8]
     assert inf.nominated == 1
+
+
+# Nodes of 8 GPUs, each a list of research pods (gpus, priority, bound_at); a 4-GPU
+# inference pod arrives and fits nowhere. Expected: the node it is nominated to and its
+# victims as (gpus, priority, bound_at). kube-scheduler's default preemption: on each node
+# all lower pods out, the most important reprieved first; then the node whose highest
+# victim is lowest, the smallest sum of (shifted) priorities, the fewest victims.
+PREEMPTIONS = {
+    "cheaper-class-on-another-node-beats-fewer-victims": (
+        [[(8, -100, 0.0)], [(1, -120, 0.0)] * 8],
+        1,
+        [(1, -120, 0.0)] * 4,
+    ),
+    "within-a-node-the-lowest-class-goes": (
+        [[(4, -110, 0.0), (1, -120, 5.0), (1, -120, 5.0), (1, -120, 5.0), (1, -120, 5.0)]],
+        0,
+        [(1, -120, 5.0)] * 4,
+    ),
+    "equal-priority-the-newest-go": (
+        [[(2, -100, 0.0), (2, -100, 1.0), (2, -100, 2.0), (2, -100, 3.0)]],
+        0,
+        [(2, -100, 2.0), (2, -100, 3.0)],
+    ),
+    "a-higher-class-only-when-nothing-lower-suffices": (
+        [[(4, -100, 0.0), (2, -120, 0.0), (2, -110, 0.0)], [(8, -100, 0.0)]],
+        0,
+        [(2, -120, 0.0), (2, -110, 0.0)],
+    ),
+    "equal-priority-fewest-victims": (
+        [[(1, -100, 0.0)] * 8, [(8, -100, 1.0)]],
+        1,
+        [(8, -100, 1.0)],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "node", "victims"), list(PREEMPTIONS.values()), ids=list(PREEMPTIONS)
+)
+def test_preemption_picks_victims_as_kube_scheduler_does(
+    nodes: list[list[tuple[int, int, float]]], node: int, victims: list[tuple[int, int, float]]
+) -> None:
+    c = Cluster(8 * len(nodes), 8)
+    for i, pods in enumerate(nodes):
+        for gpus, prio, t in pods:
+            p = Pod("research", gpus, prio, t)
+            c.submit(p)
+            c.schedule(t, 30.0)
+            assert p.node == i, "test layout: pods fill the nodes in order"
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 10.0)
+    c.submit(inf)
+    _, evicted = c.schedule(10.0, 30.0)
+    assert inf.nominated == node
+    got = sorted((e.victim.gpus, e.victim.priority, e.victim.bound_at) for e in evicted)
+    assert got == sorted(victims)
+
+
+@pytest.mark.parametrize(
+    ("classes", "values"),
+    [
+        pytest.param(
+            [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)],
+            {"pretrain": -100, "finetune": -110, "eval": -120},
+            id="by-work-a-preemption-loses",
+        ),
+        pytest.param(
+            [("big", 8, 1800.0, 0), ("urgent", 1, 60.0, 1)],
+            {"urgent": -100, "big": -110},
+            id="config-priority-first",
+        ),
+        pytest.param(
+            [("b", 2, 600.0, 0), ("a", 2, 600.0, 0)], {"a": -100, "b": -110}, id="ties-by-name"
+        ),
+    ],
+)
+def test_research_priorities(
+    classes: list[tuple[str, int, float, int]], values: dict[str, int]
+) -> None:
+    assert research_priorities(classes) == values
 
 
 def test_no_preemption_when_gpus_fit_and_none_for_research() -> None:

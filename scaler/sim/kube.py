@@ -1,9 +1,13 @@
 """Kubernetes and KEDA, as far as the pool's behaviour depends on them.
 
 * `Cluster`: nodes with GPUs, pods bound by a best-fit scheduler in priority order, and
-  kube-scheduler priority preemption: a pending inference pod that fits nowhere evicts the
-  fewest research pods on one node (newest first, like the scheduler's reprieve order),
-  is nominated to that node, and binds when the victims' grace period ends.
+  kube-scheduler priority preemption: a pending inference pod that fits nowhere evicts
+  lower-priority pods on one node, chosen as kube-scheduler's default preemption does (on
+  each node all lower pods out, then the most important reprieved first: higher priority,
+  then earlier start; the node whose highest victim priority is lowest, then the smallest
+  sum of priorities, the fewest victims, the latest start), is nominated to that node, and
+  binds when the victims' grace period ends. Research pods have the PriorityClass value
+  the chart gives their class (`research_priorities`).
 * `Hpa`: the HorizontalPodAutoscaler algorithm for one target (sync every 15 s):
   tolerance, AverageValue / per-pod formulas, stabilization windows and rate policies.
 * `ScaledJobController`: KEDA's ScaledJob default strategy (never deletes Jobs).
@@ -17,13 +21,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
 
 INFERENCE_PRIORITY = 1000
-RESEARCH_PRIORITY = 0
+RESEARCH_PRIORITY = 0  # research pods of a ResearchClassSpec without its own value
+_PRIORITY_SHIFT = 2**31  # kube-scheduler adds MaxInt32 + 1 before summing victim priorities
 
 
 class PodPhase(Enum):
@@ -151,20 +157,20 @@ class Cluster:
             if node >= 0:
                 self._bind(pod, node, now)
                 bound.append(pod)
-            elif pod.priority > RESEARCH_PRIORITY:
+            elif pod.kind == "inference":  # research: preemptionPolicy Never
                 victims = self._preempt(pod, now, grace_s)
                 evicted.extend(Preemption(v, now, pod) for v in victims)
         return bound, evicted
 
     def _preempt(self, pod: Pod, now: float, grace_s: float) -> list[Pod]:
         """Pick a node and the fewest lower-priority victims on it; nominate the pod there."""
-        best: tuple[tuple[int, int, float], int, list[Pod]] | None = None
+        best: tuple[tuple[int, int, int, float], int, list[Pod]] | None = None
         for n in range(self.capacity.size):
             room = int(self.free[n] - self.reserved[n])
             # GPUs already on their way out (terminating) count: no new victims needed for them.
             leaving = sum(p.gpus for p in self.pods_on[n] if p.phase is PodPhase.TERMINATING)
             if room + leaving >= pod.gpus:
-                key = (0, 0, 0.0)
+                key = (-_PRIORITY_SHIFT, 0, 0, 0.0)  # no victim needed: before any other
                 if best is None or key < best[0]:
                     best = (key, n, [])
                 continue
@@ -175,20 +181,24 @@ class Cluster:
             ]
             if room + leaving + sum(p.gpus for p in cands) < pod.gpus:
                 continue
-            # Evict newest first until it fits; then reprieve (oldest first) what is not needed.
-            cands.sort(key=lambda p: p.bound_at, reverse=True)
-            chosen: list[Pod] = []
-            got = room + leaving
-            for p in cands:
-                if got >= pod.gpus:
-                    break
-                chosen.append(p)
-                got += p.gpus
-            for p in sorted(chosen, key=lambda p: p.bound_at):
+            # kube-scheduler's SelectVictimsOnNode: every lower pod out, then the most
+            # important reprieved first (higher priority, then earlier start) while it fits.
+            chosen = list(cands)
+            got = room + leaving + sum(p.gpus for p in cands)
+            for p in sorted(cands, key=lambda p: (-p.priority, p.bound_at)):
                 if got - p.gpus >= pod.gpus:
                     chosen.remove(p)
                     got -= p.gpus
-            key = (len(chosen), sum(p.gpus for p in chosen), -min(p.bound_at for p in chosen))
+            # pickOneNodeForPreemption: lowest highest-victim priority, smallest sum of
+            # priorities (shifted positive, so fewer victims count less), fewest victims,
+            # latest start among the highest-priority victims.
+            top = max(p.priority for p in chosen)
+            key = (
+                top,
+                sum(p.priority + _PRIORITY_SHIFT for p in chosen),
+                len(chosen),
+                -min(p.bound_at for p in chosen if p.priority == top),
+            )
             if best is None or key < best[0]:
                 best = (key, n, chosen)
         if best is None:
@@ -288,6 +298,22 @@ class ResearchClassSpec:
     checkpoint_s: float
     max_jobs: int = 64
     weight: float = 1.0
+    # The PriorityClass value of the class's pods (below inference's): see research_priorities.
+    pod_priority: int = RESEARCH_PRIORITY
+
+
+def research_priorities(
+    classes: Sequence[tuple[str, int, float, int]], base: int = -100, spread: int = 10
+) -> dict[str, int]:
+    """PriorityClass value per research class, as the chart deploys them
+    (`priorityClasses.research.{value,spread}`, template `gps.researchRanks`; test_chart
+    checks the two agree). Classes of (name, gpusPerJob, checkpointIntervalSeconds,
+    priority) ranked by config priority, then by the work a preemption can lose
+    (gpusPerJob x checkpointIntervalSeconds, whole seconds), then gpusPerJob, then name;
+    the first gets `base`, each next one `spread` lower: the scheduler evicts the cheapest
+    to lose first."""
+    order = sorted(classes, key=lambda c: (-c[3], -(c[1] * int(c[2])), -c[1], c[0]))
+    return {c[0]: base - spread * i for i, c in enumerate(order)}
 
 
 class JobState(Enum):

@@ -27,7 +27,6 @@ from enum import Enum
 
 from scaler.sim.kube import (
     INFERENCE_PRIORITY,
-    RESEARCH_PRIORITY,
     Backlog,
     Cluster,
     JobState,
@@ -183,7 +182,7 @@ class Pods:
         n = ctl.to_create(metric)
         for _ in range(n):
             job = self.backlog.next_job(research_class, now)
-            job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
+            job.pod = Pod("research", job.cls.gpus, job.cls.pod_priority, now, job)
             ctl.jobs.append(job)
             self.cluster.submit(job.pod)
         return n
@@ -201,7 +200,7 @@ class Pods:
         for job in [j for j in self._evicted if j.pod is None or j.pod.phase is PodPhase.GONE]:
             self._evicted.remove(job)
             job.state = JobState.PENDING
-            job.pod = Pod("research", job.cls.gpus, RESEARCH_PRIORITY, now, job)
+            job.pod = Pod("research", job.cls.gpus, job.cls.pod_priority, now, job)
             k.submit(job.pod)
         if k.pending:
             self._schedule(now, ch)

@@ -12,14 +12,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from scaler.config import Config, parse_config
 from scaler.sim.engine import PolicyResult, PoolTiming, simulate_policy
-from scaler.sim.kube import HpaBehavior, ResearchClassSpec
+from scaler.sim.kube import HpaBehavior, ResearchClassSpec, research_priorities
 from scaler.sim.policies import (
     POLICY_NAMES,
     GpuUtilHpa,
@@ -41,10 +41,21 @@ from scaler.sim.workload import (
     stationary_workload,
 )
 
-DEFAULT_CLASSES = (
-    ResearchClassSpec("eval", 1, median_hours=1.0, sigma=0.7, checkpoint_s=600),
-    ResearchClassSpec("finetune", 4, median_hours=4.0, sigma=0.7, checkpoint_s=1200),
-    ResearchClassSpec("pretrain", 8, median_hours=12.0, sigma=0.5, checkpoint_s=1800),
+
+def with_chart_priorities(classes: tuple[ResearchClassSpec, ...]) -> tuple[ResearchClassSpec, ...]:
+    """The classes with the PriorityClass values the chart's defaults give them."""
+    values = research_priorities([(c.name, c.gpus, c.checkpoint_s, 0) for c in classes])
+    return tuple(replace(c, pod_priority=values[c.name]) for c in classes)
+
+
+# The chart ranks their pods' priorities by the work a preemption can lose: pretrain -100,
+# finetune -110, eval -120 (the scheduler evicts evals first).
+DEFAULT_CLASSES = with_chart_priorities(
+    (
+        ResearchClassSpec("eval", 1, median_hours=1.0, sigma=0.7, checkpoint_s=600),
+        ResearchClassSpec("finetune", 4, median_hours=4.0, sigma=0.7, checkpoint_s=1200),
+        ResearchClassSpec("pretrain", 8, median_hours=12.0, sigma=0.5, checkpoint_s=1800),
+    )
 )
 
 

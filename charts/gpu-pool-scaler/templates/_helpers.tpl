@@ -83,6 +83,44 @@ annotations:
 {{- default (printf "%s-research" (include "gps.fullname" .)) .Values.priorityClasses.research.name }}
 {{- end }}
 
+{{/* Whether each research class gets its own PriorityClass (only when the chart creates them). */}}
+{{- define "gps.researchPerClass" -}}
+{{- $pc := .Values.priorityClasses }}
+{{- if and $pc.create $pc.research.perClass }}true{{ end }}
+{{- end }}
+
+{{/* PriorityClass value per research class, as JSON {name: value}: ranked by `priority`,
+     then by the work a preemption can lose (gpusPerJob x checkpointIntervalSeconds, whole
+     seconds), then gpusPerJob, then name; the first at research.value, each next
+     research.spread lower. The bench mirrors it (scaler.sim.kube.research_priorities;
+     tests/test_chart.py checks they agree). Sorted as fixed-width strings: Helm has no
+     sort by number. */}}
+{{- define "gps.researchRanks" -}}
+{{- $pc := .Values.priorityClasses.research }}
+{{- $keys := list }}
+{{- range $rc := .Values.research }}
+{{- $prio := int64 (float64 (include "gps.get" (list $rc "priority" 0))) }}
+{{- $ckpt := int64 (float64 (include "gps.get" (list $rc "checkpointIntervalSeconds" 0))) }}
+{{- $gpus := int64 $rc.gpusPerJob }}
+{{- $keys = append $keys (printf "%012d|%020d|%012d|%s" (sub 100000000000 $prio) (sub 10000000000000000 (mul $gpus $ckpt)) (sub 100000000000 $gpus) $rc.name) }}
+{{- end }}
+{{- $out := dict }}
+{{- range $i, $k := sortAlpha $keys }}
+{{- $_ := set $out (last (splitList "|" $k)) (sub (int64 $pc.value) (mul $i (int64 (default 10 $pc.spread)))) }}
+{{- end }}
+{{- toJson $out }}
+{{- end }}
+
+{{/* The PriorityClass name of a research class's pods (list $ $rc). */}}
+{{- define "gps.researchPriorityClassOf" -}}
+{{- $root := index . 0 }}{{- $rc := index . 1 }}
+{{- if include "gps.researchPerClass" $root }}
+{{- printf "%s-%s" (include "gps.researchPriorityClass" $root) $rc.name }}
+{{- else }}
+{{- include "gps.researchPriorityClass" $root }}
+{{- end }}
+{{- end }}
+
 {{/* PriorityClass of the scaler pods: `priorityClassName`, else the chart's own class
      (when the chart creates classes), else none (cluster default). */}}
 {{- define "gps.scalerPriorityClass" -}}
