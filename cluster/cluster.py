@@ -521,13 +521,15 @@ def api_client(kubeconfig: Path):
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
-def create_nodes(api, n: int, gpus: int) -> list[str]:
+def create_nodes(
+    api, n: int, gpus: int, prefix: str = "gpu-node", pool: str = "shared"
+) -> list[str]:
     from kubernetes import client
 
     core = client.CoreV1Api(api)
     names = []
     for i in range(n):
-        nm = f"gpu-node-{i:03d}"
+        nm = f"{prefix}-{i:03d}"
         names.append(nm)
         res = {
             "cpu": "64",
@@ -542,7 +544,7 @@ def create_nodes(api, n: int, gpus: int) -> list[str]:
             "metadata": {
                 "name": nm,
                 "labels": {
-                    "gpu-pool": "shared",
+                    "gpu-pool": pool,
                     "type": "kwok",
                     "kubernetes.io/hostname": nm,
                     "kubernetes.io/os": "linux",

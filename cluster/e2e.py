@@ -28,6 +28,10 @@ scenario passed.
 
   7 queue      a class fed by the work queue: KEDA runs min(queued items, slots) Jobs.
   5 tls        mTLS between KEDA and the scaler with the chart's TLS values.
+  8 preemption-order  two more kwok nodes (their own label, outside the pool): research
+               pods of three classes at the PriorityClass values the chart gives them,
+               then one inference pod that fits nowhere; the real scheduler's victims and
+               node are the ones the bench's simulated scheduler picks (scaler.sim.kube).
 """
 
 from __future__ import annotations
@@ -1070,6 +1074,117 @@ def s0_chart_ci_values(c: Ctx) -> dict[str, Any]:
     return {"releases": results}
 
 
+ORDER_NS, ORDER_POOL = "gps-order", "order-check"
+# (name, class, GPUs, node): node 0 holds one pretraining pod; node 1 a finetune pod and
+# four eval pods. One research priority: the fewest victims (the 8-GPU pod on node 0);
+# per class: the four 1-GPU evals on node 1 (the finetune pod reprieved).
+ORDER_LAYOUT = [
+    ("pretrain-0", "pretrain", 8, 0),
+    ("finetune-0", "finetune", 4, 1),
+    *((f"eval-{i}", "eval", 1, 1) for i in range(4)),
+]
+ORDER_CLASSES = [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)]
+
+
+def s8_preemption_order(c: Ctx) -> dict[str, Any]:
+    from kubernetes import client
+
+    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod, research_priorities
+
+    core, sched = c.api.core, client.SchedulingV1Api(c.api.core.api_client)
+    values = research_priorities(ORDER_CLASSES)  # what the chart deploys for these classes
+    core.create_namespace({"metadata": {"name": ORDER_NS}})
+    c.cleanup.append(lambda: core.delete_namespace(ORDER_NS))
+    for cls, v in values.items():
+        body = {
+            "metadata": {"name": f"e2e-order-{cls}"},
+            "value": v,
+            "preemptionPolicy": "Never",
+            "globalDefault": False,
+        }
+        sched.create_priority_class(body)
+        c.cleanup.append(partial(sched.delete_priority_class, f"e2e-order-{cls}"))
+    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix="order-node", pool=ORDER_POOL)
+    for n in nodes:
+        c.cleanup.append(partial(core.delete_node, n))
+    wait(
+        "the two order-check nodes are Ready",
+        lambda: cluster.nodes_ready(core.api_client, nodes),
+        120,
+    )
+
+    def pod(name: str, pc: str, gpus: int, node: str | None) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "priorityClassName": pc,
+            "terminationGracePeriodSeconds": 0,
+            "nodeSelector": {"gpu-pool": ORDER_POOL},
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "fake.invalid/job:kwok",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        }
+        if node is not None:
+            spec["nodeName"] = node  # the layout, placed directly (no scheduling choice)
+        return {"metadata": {"name": name}, "spec": spec}
+
+    for name, cls, gpus, node in ORDER_LAYOUT:
+        core.create_namespaced_pod(ORDER_NS, pod(name, f"e2e-order-{cls}", gpus, nodes[node]))
+        time.sleep(0.2)  # start times in layout order (the last tie-break)
+
+    def running() -> set[str]:
+        return {
+            p.metadata.name
+            for p in core.list_namespaced_pod(ORDER_NS).items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        }
+
+    wait("the research layout Running", lambda: running() >= {n for n, *_ in ORDER_LAYOUT}, 120)
+    t0 = time.monotonic()
+    core.create_namespaced_pod(ORDER_NS, pod("inference", f"{FULL}-inference", 4, None))
+    preemptor = wait(
+        "the inference pod Running after preemption",
+        lambda: "inference" in running() and core.read_namespaced_pod("inference", ORDER_NS),
+        120,
+    )
+    t_run = time.monotonic() - t0
+    real = sorted({n for n, *_ in ORDER_LAYOUT} - running())
+    real_node = nodes.index(preemptor.spec.node_name)
+
+    # The same layout in the bench's simulated cluster.
+    sim = Cluster(16, 8)
+    by_pod: dict[int, str] = {}
+    for i, (name, cls, gpus, node) in enumerate(ORDER_LAYOUT):
+        p = Pod("research", gpus, values[cls], float(i))
+        by_pod[id(p)] = name
+        sim.submit(p)
+        sim.schedule(float(i), 0.0)
+        if p.node != node:
+            raise Failed(f"simulated layout differs: {name} on node {p.node}, not {node}")
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 10.0)
+    sim.submit(inf)
+    _, evicted = sim.schedule(10.0, 0.0)
+    simulated = sorted(by_pod[id(e.victim)] for e in evicted)
+    if real != simulated or real_node != inf.nominated:
+        raise Failed(
+            f"kube-scheduler evicted {real} on node {real_node}; the simulated scheduler "
+            f"{simulated} on node {inf.nominated}"
+        )
+    if real != [f"eval-{i}" for i in range(4)]:
+        raise Failed(f"expected the four eval pods to go first, got {real}")
+    return {
+        "priority_values": values,
+        "victims": real,
+        "node": real_node,
+        "inference_running_s": round(t_run, 1),
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("0-chart-ci-values", s0_chart_ci_values),
@@ -1079,6 +1194,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("3-scaler-down", s3_scaler_down),
     ("7-queue", s7_queue),
     ("5-tls", s5_tls),
+    ("8-preemption-order", s8_preemption_order),
 ]
 
 
