@@ -223,16 +223,23 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
             await asyncio.sleep(0.5)
         assert idle == svc.minReplicas, (idle, scraped[-3:])
 
-        # Load: plain asyncio streams (see _complete).
-        requests = [asyncio.create_task(_complete(vllm_address)) for _ in range(CONCURRENT)]
+        # Load: plain asyncio streams (see _complete). Right after a fresh install the
+        # machine can stall for the whole ~20 s a wave lasts (disk writeback: vLLM's API
+        # server answered no /metrics within 3 s in two runs of a fresh CI, and the queue
+        # went unseen); another wave, up to three, gives the scraper another chance.
         desired_under_load: list[int | None] = []
         t0 = time.monotonic()
-        while not all(r.done() for r in requests):
-            assert time.monotonic() - t0 < 240, "load did not finish in 240 s"
-            desired_under_load.append(await cycle())
-            await asyncio.sleep(0.5)
-        statuses = [r.result() for r in requests]
-        assert statuses.count(200) == CONCURRENT, statuses
+        for _wave in range(3):
+            requests = [asyncio.create_task(_complete(vllm_address)) for _ in range(CONCURRENT)]
+            while not all(r.done() for r in requests):
+                assert time.monotonic() - t0 < 480, "load did not finish in 480 s"
+                desired_under_load.append(await cycle())
+                await asyncio.sleep(0.5)
+            statuses = [r.result() for r in requests]
+            assert statuses.count(200) == CONCURRENT, statuses
+            samples = [r.sample for r in scraped if r.sample is not None]
+            if max(s.waiting for s in samples) >= CONCURRENT // 2:
+                break
 
         samples = [r.sample for r in scraped if r.sample is not None]
         assert max(s.waiting for s in samples) >= CONCURRENT // 2  # the queue was seen
