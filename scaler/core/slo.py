@@ -134,7 +134,7 @@ def measure(window: tuple[SloEntry, ...], min_requests: int, since: float = -mat
     )
 
 
-def breached(slo: Slo, m: Measure) -> bool:
+def breached(slo: Slo, m: Measure | SloStatus) -> bool:
     if m.attainment is not None and m.attainment < slo.attainment - _EPS:
         return True
     return m.itl_attainment is not None and m.itl_attainment < slo.attainment - _EPS
@@ -207,9 +207,7 @@ def sizes(slo: Slo, status: SloStatus) -> bool:
     inter-token one, if set) measured over the window and met, a capacity learned and a
     request rate read. The queue signal then stops counting running requests below its
     hold level (see `policy.signal_verdicts`)."""
-    if status.attainment is None or status.attainment < slo.attainment - _EPS:
-        return False
-    if status.itl_attainment is not None and status.itl_attainment < slo.attainment - _EPS:
+    if status.attainment is None or breached(slo, status):
         return False
     cap = status.capacity_rps
     return cap is not None and cap > 0 and status.requests_per_s is not None

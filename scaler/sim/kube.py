@@ -163,7 +163,8 @@ class Cluster:
         return bound, evicted
 
     def _preempt(self, pod: Pod, now: float, grace_s: float) -> list[Pod]:
-        """Pick a node and the fewest lower-priority victims on it; nominate the pod there."""
+        """Pick a node and the lower-priority victims on it as kube-scheduler's default
+        preemption does (see the module docstring); nominate the pod there."""
         best: tuple[tuple[int, int, int, float], int, list[Pod]] | None = None
         for n in range(self.capacity.size):
             room = int(self.free[n] - self.reserved[n])
@@ -179,12 +180,12 @@ class Cluster:
                 for p in self.pods_on[n]
                 if p.phase is PodPhase.BOUND and p.priority < pod.priority
             ]
-            if room + leaving + sum(p.gpus for p in cands) < pod.gpus:
+            got = room + leaving + sum(p.gpus for p in cands)
+            if got < pod.gpus:
                 continue
             # kube-scheduler's SelectVictimsOnNode: every lower pod out, then the most
             # important reprieved first (higher priority, then earlier start) while it fits.
             chosen = list(cands)
-            got = room + leaving + sum(p.gpus for p in cands)
             for p in sorted(cands, key=lambda p: (-p.priority, p.bound_at)):
                 if got - p.gpus >= pod.gpus:
                     chosen.remove(p)
