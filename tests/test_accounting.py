@@ -282,6 +282,22 @@ RESERVE_CASES = [
     pytest.param([(0, 8), (300, 16)], 300, 8, id="exactly-lead-apart"),
 ]
 
+# (samples (t, held GPUs, GPUs the load needed), now, expected adaptive part); same settings.
+# The rise is what the load needed beyond what inference held within one lead time.
+RESERVE_NEED_CASES = [
+    pytest.param([(0, 8, 8), (100, 16, 16)], 100, 8, id="held-follows-need"),
+    # The forecast raised 8 -> 16 ahead (the load still needed 8), the load came 600 s later.
+    pytest.param([(0, 8, 8), (100, 16, 8), (700, 16, 16)], 700, 0, id="raised-ahead-keeps-none"),
+    # ... and the raise itself is no rise either: the load did not need it.
+    pytest.param([(0, 8, 8), (100, 16, 8)], 100, 0, id="forecast-raise-is-not-a-rise"),
+    # A scale-down window held 16 while the load needed 4; the load comes back to 16.
+    pytest.param([(0, 16, 4), (100, 16, 16)], 100, 0, id="window-held-covers-the-return"),
+    # Held 8 of a need of 4, then the load needs 20 (held 20): 12 beyond what was held.
+    pytest.param([(0, 8, 4), (100, 20, 20)], 100, 12, id="rise-beyond-held"),
+    # A need above what is held (maxReplicas, a step cap) counts as held.
+    pytest.param([(0, 8, 8), (100, 12, 40)], 100, 4, id="need-above-held-counts-as-held"),
+]
+
 
 @pytest.mark.parametrize(("samples", "now", "expected"), RESERVE_CASES)
 def test_adaptive_reserve(samples: list[tuple[float, int]], now: float, expected: int) -> None:
@@ -292,21 +308,33 @@ def test_adaptive_reserve(samples: list[tuple[float, int]], now: float, expected
     assert t.reserve(float(now)) == 4 + expected
 
 
+@pytest.mark.parametrize(("samples", "now", "expected"), RESERVE_NEED_CASES)
+def test_adaptive_reserve_counts_rises_beyond_what_was_held(
+    samples: list[tuple[float, int, int]], now: float, expected: int
+) -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    for ts, held, need in samples:
+        t.observe(float(ts), held, need)
+    assert t.adaptive_gpus(float(now)) == expected
+
+
 def test_adaptive_reserve_matches_brute_force() -> None:
     import random
 
     rnd = random.Random(7)
     t = tracker(enabled=True, windowSeconds=600, leadTimeSeconds=60, maxGPUs=1000)
-    hist: list[tuple[float, int]] = []
+    hist: list[tuple[float, int, int]] = []
     now = 0.0
     for _ in range(400):
         now += rnd.choice([1.0, 5.0, 5.0, 17.0])
         g = max(0, (hist[-1][1] if hist else 20) + rnd.randint(-6, 6))
-        t.observe(now, g)
-        hist.append((now, g))
-        live = [(ts, v) for ts, v in hist if ts >= now - 600]
+        n = max(0, g - rnd.choice([0, 0, 2, 8]))  # the load needed at most what was held
+        t.observe(now, g, n)
+        hist.append((now, g, n))
+        live = [(ts, v, w) for ts, v, w in hist if ts >= now - 600]
         want = max(
-            [0] + [vj - vi for ti, vi in live for tj, vj in live if ti <= tj and tj - ti <= 60]
+            [0]
+            + [wj - vi for ti, vi, _ in live for tj, _, wj in live if ti <= tj and tj - ti <= 60]
         )
         assert t.adaptive_gpus(now) == want
 
@@ -323,3 +351,5 @@ def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
     assert t.reserve(200.0) == 1 + 5
     with pytest.raises(ValueError):
         t.observe(300.0, -1)
+    with pytest.raises(ValueError):
+        t.observe(300.0, 8, -1)

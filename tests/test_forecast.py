@@ -420,3 +420,57 @@ def test_a_forecast_within_the_fraction_still_holds_what_it_raised() -> None:
     assert {v.signal: v.replicas for v in burst.signals}["queue"] == 12
     assert burst.desired == 14, burst.reason
     assert "holds 14" in burst.forecast_note
+
+
+@pytest.mark.parametrize(
+    ("history", "reserve_after_raise", "reserve_after_load"),
+    [
+        # The forecast raised 10 -> 16 ahead; the load then needs 16: nothing rose beyond
+        # what was held, the reserve stays at its floor (it held 24 GPUs more before).
+        pytest.param([16] * 24, 4, 4, id="raised-ahead-keeps-no-reserve"),
+        # No forecast (history within the load's noise): the load's rise 10 -> 16 is a ramp
+        # the held replicas did not cover, the reserve keeps its 24 GPUs free.
+        pytest.param([10] * 24, 4, 4 + 24, id="a-reactive-rise-keeps-the-reserve"),
+    ],
+)
+def test_the_adaptive_reserve_counts_only_rises_the_held_replicas_did_not_cover(
+    history: list[int], reserve_after_raise: int, reserve_after_load: int
+) -> None:
+    c = parse_config(
+        {
+            "pool": {
+                "name": "p",
+                "capacity": {"gpus": 128},
+                "reserveGPUs": 4,
+                "adaptiveReserve": {"enabled": True, "maxGPUs": 32, "leadTimeSeconds": 900},
+                "forecast": {"enabled": True},
+            },
+            "inference": [
+                {
+                    "name": "chat",
+                    "gpusPerReplica": 4,
+                    "targets": {"static": ["h:1"]},
+                    "maxReplicas": 32,
+                    # the load's need is its instantaneous ask (no moving average)
+                    "scaleDown": {"smoothingSeconds": 0},
+                }
+            ],
+        }
+    )
+    state = CycleState(forecast={"chat": days_of(history, 2, c.pool.forecast)})
+    t0 = MON + 2 * DAY + 3600.0
+
+    def cycle(now: float, waiting: float, calendar: bool = True) -> Any:
+        nonlocal state
+        s = EngineSample(waiting, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)
+        t = [TargetState(f"r{k}", TargetPhase.SERVING, s, now) for k in range(10)]
+        inp = CycleInput(c, {"chat": t}, Capacity(128), now, calendar=now if calendar else None)
+        d, state = step(inp, state)
+        return d
+
+    assert cycle(t0, 3.0, calendar=False).services["chat"].desired == 10  # hold zone
+    d = cycle(t0 + 60, 3.0)
+    assert d.pool.reserve_gpus == reserve_after_raise
+    d = cycle(t0 + 120, 8.0)  # 80 waiting on 10 replicas: the load needs 16
+    assert d.services["chat"].desired == 16
+    assert d.pool.reserve_gpus == reserve_after_load

@@ -89,7 +89,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
 
     reserve = ReserveTracker(cfg.pool) if prev.reserve is None else prev.reserve.copy()
     reserve.reconfigure(cfg.pool)
-    reserve.observe(now, inference_gpus(cfg, services))
+    reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
     pool, research = split_pool(
         cfg,
@@ -161,6 +161,21 @@ def _reactive_need(svc: InferenceService, d: ServiceDecision) -> int | None:
     if not asks:
         return None
     return max(svc.minReplicas, min(svc.maxReplicas, max(asks)))
+
+
+def _needed_gpus(cfg: Config, services: Mapping[str, ServiceDecision]) -> int:
+    """GPUs the load needed this cycle (each service's `_reactive_need`; a service without
+    fresh evidence counts what it holds): the adaptive reserve's rises are measured on
+    this against what inference held (see `core.reserve`)."""
+    total = 0
+    for svc in cfg.inference:
+        d = services.get(svc.name)
+        if d is None:
+            continue
+        held = d.current if d.desired is None else max(d.desired, d.current)
+        need = _reactive_need(svc, d)
+        total += max(0, held if need is None else need) * svc.gpusPerReplica
+    return total
 
 
 def _withhold(
