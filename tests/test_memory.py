@@ -120,7 +120,18 @@ IGNORED = {
     "desired-negative": (saved(services__chat__policy__desired=-3), "desired is not a count"),
     "window-garbage": (saved(services__chat__policy__window=[["x", 1]]), "not a number"),
     # (a null time was an AssertionError that escaped restore and stopped the scaler)
-    "window-time-null": (saved(services__chat__policy__window=[[None, 1]]), "has no time"),
+    "window-time-null": (
+        saved(services__chat__policy__window=[[None, 1]]),
+        "chat.window[0] has no time",
+    ),
+    "slo-window-rate-garbage": (
+        saved(services__chat__policy__sloWindow=[[EPOCH, 1.0, 2.0, "x", 1, 0.0, 0.0]]),
+        "chat.sloWindow[0] rps is not a number",
+    ),
+    "raised-in-the-future": (
+        saved(services__chat__policy__raisedAt=EPOCH + 86400),
+        "chat.raisedAt is in the future",
+    ),
     "window-row-shape": (
         saved(services__chat__policy__window=[[1.0]]),
         "window[0] is not [time, replicas]",
@@ -154,6 +165,17 @@ def test_untrusted_state_is_ignored_with_a_reason(text: str, why: str) -> None:
     st, line = memory.restore(text, config(), 100.0, EPOCH + 60.0 * 30)
     assert st is None
     assert line.startswith("state ignored: ") and why in line
+
+
+def test_keys_of_earlier_versions_are_ignored() -> None:
+    """breachRps/breachAt (version 1 wrote them until the capacity was read off load bins)."""
+    text = saved(services__chat__policy__learned__breachRps=1.5)
+    doc = json.loads(text)
+    doc["services"]["chat"]["policy"]["learned"]["breachAt"] = EPOCH
+    st, line = memory.restore(json.dumps(doc), config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is not None, line
+    want, _ = memory.restore(saved(), config(), 100.0, EPOCH + 60.0 * 30)
+    assert want is not None and st.policy["chat"] == want.policy["chat"]
 
 
 def test_old_policy_memory_is_dropped_but_the_forecast_kept() -> None:

@@ -72,8 +72,6 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
                     "bins": [list(b) for b in p.learned.bins],
                     "binnedAt": w(p.learned.binned_at),
                     "changedAt": w(p.learned.changed_at),
-                    "breachRps": p.learned.breach_rps,
-                    "breachAt": w(p.learned.breach_at),
                 },
             }
         h = state.forecast.get(svc.name)
@@ -135,17 +133,18 @@ def _rows(v: Any, what: str, shape: tuple[str, ...]) -> Iterator[tuple[str, list
 
 
 def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicyState:
+    # `what` below is the full path of the value (for the log line), e.g. "chat.raisedAt".
     def t(v: Any, what: str) -> float | None:
-        x = _opt(v, f"{name}.{what}")
+        x = _opt(v, what)
         if x is None:
             return None
         m = clock(x)
         if m > now + 1.0:
-            raise Invalid(f"{name}.{what} is in the future")
+            raise Invalid(f"{what} is in the future")
         return m
 
     def at(v: Any, what: str) -> float:
-        x = t(v, what.removeprefix(f"{name}."))
+        x = t(v, what)
         if x is None:
             raise Invalid(f"{what} has no time")
         return x
@@ -159,12 +158,12 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
         slo_window.append(
             SloEntry(
                 at(row[0], what),
-                _num(row[1], "good", lo=0),
-                _num(row[2], "total", lo=0),
-                _opt(row[3], "rps", lo=0),
-                _int(row[4], "ready"),
-                _num(row[5], "itl good", lo=0),
-                _num(row[6], "itl total", lo=0),
+                _num(row[1], f"{what} good", lo=0),
+                _num(row[2], f"{what} total", lo=0),
+                _opt(row[3], f"{what} rps", lo=0),
+                _int(row[4], f"{what} ready"),
+                _num(row[5], f"{what} itl good", lo=0),
+                _num(row[6], f"{what} itl total", lo=0),
             )
         )
     learned = _map(d.get("learned", {}), f"{name}.learned")
@@ -173,32 +172,30 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
         learned.get("bins", []), f"{name}.learned.bins", ("bin", "within", "requests")
     ):
         k = _int(row[0], what)
-        good = _num(row[1], "within", lo=0)
-        total = _num(row[2], "requests", lo=0)
+        good = _num(row[1], f"{what} within", lo=0)
+        total = _num(row[2], f"{what} requests", lo=0)
         if not 0 <= k <= MAX_BIN or good > total:
             raise Invalid(f"{what} is out of range")
         bins.append((k, good, total))
     desired = d.get("desired")
-    updated = t(d.get("updatedAt"), "updatedAt")
+    updated = t(d.get("updatedAt"), f"{name}.updatedAt")
     if updated is None:
         raise Invalid(f"{name}.updatedAt missing")
     return PolicyState(
         desired=None if desired is None else _int(desired, f"{name}.desired"),
         updated_at=updated,
-        raised_at=t(d.get("raisedAt"), "raisedAt"),
+        raised_at=t(d.get("raisedAt"), f"{name}.raisedAt"),
         waiting_at_raise=_num(d.get("waitingAtRaise", 0.0), f"{name}.waitingAtRaise", lo=0),
-        low_since=t(d.get("lowSince"), "lowSince"),
-        lowered_at=t(d.get("loweredAt"), "loweredAt"),
+        low_since=t(d.get("lowSince"), f"{name}.lowSince"),
+        lowered_at=t(d.get("loweredAt"), f"{name}.loweredAt"),
         window=tuple(window),
         batch_per_replica=_opt(d.get("batchPerReplica"), f"{name}.batchPerReplica", lo=0),
         slo_window=tuple(slo_window),
         learned=Learned(
-            _opt(learned.get("capacityRps"), f"{name}.capacityRps", lo=0),
-            t(learned.get("changedAt"), "learned.changedAt"),
-            _opt(learned.get("breachRps"), f"{name}.breachRps", lo=0),
-            t(learned.get("breachAt"), "learned.breachAt"),
+            _opt(learned.get("capacityRps"), f"{name}.learned.capacityRps", lo=0),
+            t(learned.get("changedAt"), f"{name}.learned.changedAt"),
             bins=tuple(sorted(bins)),
-            binned_at=t(learned.get("binnedAt"), "learned.binnedAt"),
+            binned_at=t(learned.get("binnedAt"), f"{name}.learned.binnedAt"),
         ),
     )
 

@@ -78,8 +78,6 @@ class Learned:
 
     capacity_rps: float | None = None  # requests/s per ready replica at the objective
     changed_at: float | None = None  # when capacity last changed (one change per window)
-    breach_rps: float | None = None  # (unused since capacity is read off `bins`; kept so
-    breach_at: float | None = None  # state files written before stay readable)
     # (bin, requests within the objective, requests) per load bin, decayed; see `learn`.
     bins: tuple[tuple[int, float, float], ...] = ()
     binned_at: float | None = None  # when `bins` were last decayed
@@ -316,8 +314,6 @@ def learn(
     return Learned(
         cap,
         changed,
-        prev.breach_rps,
-        prev.breach_at,
         bins=tuple((k, g, t) for k, (g, t) in sorted(bins.items())),
         binned_at=now if bins else None,
     )
