@@ -324,8 +324,8 @@ VERDICTS = {
         "below objective",
     ),
     "breach-sized-by-capacity": (entries(60, 9, 10, 8.0, 10), 0.5, None, 10, 0, 16, None, "below"),
-    "mild-breach-with-replicas-starting-holds": (
-        entries(60, 97, 100, 2.0, 10),  # 97 %: within 5 x the misses a 99 % objective allows
+    "breach-with-replicas-starting-holds": (
+        entries(60, 9, 10, 2.0, 10),
         None,
         None,
         10,
@@ -333,26 +333,6 @@ VERDICTS = {
         12,
         None,
         "replicas on the way",
-    ),
-    "severe-breach-with-replicas-starting-adds-one": (
-        entries(60, 9, 10, 2.0, 10),  # 90 %: a ramp outrunning the replicas on the way
-        None,
-        None,
-        10,
-        2,
-        13,
-        None,
-        "severe: below 95%, one more while they start",
-    ),
-    "severe-breach-rate-above-is-the-ask": (
-        entries(60, 9, 10, 8.0, 10),
-        0.5,
-        None,
-        10,
-        2,
-        16,
-        None,
-        "severe",
     ),
     "breach-before-the-raise-settled-holds-not-adds": (
         # every entry is from before raise + coldStart: the breach is answered, hold; the

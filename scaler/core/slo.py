@@ -24,10 +24,8 @@ requests, the request rate and the ready replicas. The policy keeps the entries 
   fails any more and the objective held at a higher load (see `learn`);
 * the slo signal asks ceil(request rate over the window / capacity); on a breach at least
   one replica more than exist, unless replicas are already starting: then it holds what
-  exists, except on a severe breach (more than SEVERE_MISSES times the allowed misses: a
-  ramp outrunning the replicas on the way), where it adds one more each cycle. Requests
-  served before the last raise could take effect (raise + `coldStartSeconds`) do not count
-  as a breach, so one slow window is answered once; while
+  exists. Requests served before the last raise could take effect (raise +
+  `coldStartSeconds`) do not count as a breach, so one slow window is answered once; while
   the window still holds such a breach, it asks at least the replicas that exist (no
   scale-down straight after a breach), and the scale-down window meanwhile keeps only the
   rate's ask (`calm`), so that hold and window overlap instead of adding up.
@@ -48,9 +46,6 @@ from scaler.core.load import ServiceLoad
 
 # The lowest load bin seen already fails: capacity = (1 - DECREASE) x its lower edge.
 DECREASE = 0.10
-# A breach with more than this many times the allowed misses (95 % for a 99 % objective)
-# adds a replica each cycle even while others start (see `verdict`).
-SEVERE_MISSES = 5.0
 
 _EPS = 1e-9
 _MAX_ASK = 1e6  # replicas; the policy clamps to maxReplicas anyway
@@ -143,17 +138,6 @@ def breached(slo: Slo, m: Measure | SloStatus) -> bool:
     return m.itl_attainment is not None and m.itl_attainment < slo.attainment - _EPS
 
 
-def severe_below(slo: Slo) -> float:
-    """Attainment under which a breach is severe: SEVERE_MISSES x the misses allowed."""
-    return 1.0 - SEVERE_MISSES * (1.0 - slo.attainment)
-
-
-def severe(slo: Slo, m: Measure) -> bool:
-    """A breach far below the objective (TTFT or inter-token): a ramp, not a burst."""
-    lo = severe_below(slo) - _EPS
-    return any(a is not None and a < lo for a in (m.attainment, m.itl_attainment))
-
-
 def _settled_since(svc: InferenceService, raised_at: float | None) -> float:
     """Requests served before the last raise could take effect say nothing about it."""
     return -math.inf if raised_at is None else raised_at + svc.coldStartSeconds
@@ -198,15 +182,9 @@ def verdict(
     need = base  # what the request rate needs at the learned capacity
     calm = None  # what the scale-down window keeps (None: `ask`)
     if breached(slo, recent):  # (measured after the last raise took effect)
-        # Replicas already starting answer a mild breach (asking more each cycle overshot on
-        # bursts); a severe one is a ramp outrunning them, so each cycle adds one more. Held
-        # at what existed, ServeGen --seed 3 missed 99 % on one 25-minute doubling with the
-        # first replicas 20 minutes out (98.50 %; 99.04 % with this, coding week unchanged).
-        coming = load.starting > 0 and not severe(slo, recent)
+        coming = load.starting > 0
         ask = max(base, on_the_way if coming else on_the_way + 1)
         note += "; below objective" + (": replicas on the way" if coming else "")
-        if load.starting > 0 and not coming:
-            note += f" (severe: below {severe_below(slo):.0%}, one more while they start)"
         need = ask  # short now, however many exist
     elif breached(slo, m):  # met since the last raise; the window still holds the breach
         ask = max(base, on_the_way)
