@@ -32,6 +32,10 @@ scenario passed.
                pods of three classes at the PriorityClass values the chart gives them,
                then one inference pod that fits nowhere; the real scheduler's victims and
                node are the ones the bench's simulated scheduler picks (scaler.sim.kube).
+  9 nominated-wait  two more kwok nodes: two inference pods nominated one after the
+               other to the node whose research pods they preempt; the first binds only
+               when the second's victims are gone too (each counts the other's
+               reservation), in kube-scheduler as in the bench's simulated scheduler.
 """
 
 from __future__ import annotations
@@ -1185,6 +1189,146 @@ def s8_preemption_order(c: Ctx) -> dict[str, Any]:
     }
 
 
+NOM_NS, NOM_POOL = "gps-nominated", "nominated-check"
+NOM_FINALIZER = "e2e.gpu-pool-scaler/hold"  # released once terminated, as the Job controller does
+NOM_GRACE_A, NOM_GRACE_B = 30, 90  # grace of the first / second inference pod's victims (s)
+NOM_EVENTS = ("low victims gone", "mid victims gone", "inf-a bound", "inf-b bound")
+
+
+def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
+    """kube-scheduler's filter counts other nominated pods of equal or higher priority on a
+    node: two replicas nominated to one node wait for each other's victims. The bench's
+    ServeGen seed 3 shortfall runs on this (docs/bench.md); the simulator must keep it."""
+    from kubernetes import client
+
+    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
+
+    core, sched = c.api.core, client.SchedulingV1Api(c.api.core.api_client)
+    core.create_namespace({"metadata": {"name": NOM_NS}})
+    c.cleanup.append(lambda: core.delete_namespace(NOM_NS))
+    # The first inference pod evicts the lowest priority (short grace), the second the rest.
+    layers = {"low": (-120, NOM_GRACE_A), "mid": (-110, NOM_GRACE_B)}
+    for cls, (value, _) in layers.items():
+        name = f"e2e-nom-{cls}"
+        body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"}
+        sched.create_priority_class(body)
+        c.cleanup.append(partial(sched.delete_priority_class, name))
+    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix="nom-node", pool=NOM_POOL)
+    for n in nodes:
+        c.cleanup.append(partial(core.delete_node, n))
+    wait(
+        "the two nominated-check nodes are Ready",
+        lambda: cluster.nodes_ready(core.api_client, nodes),
+        120,
+    )
+
+    def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "priorityClassName": pc,
+            "terminationGracePeriodSeconds": grace,
+            "nodeSelector": {"gpu-pool": NOM_POOL},
+            "tolerations": [
+                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "fake.invalid/job:kwok",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        }
+        meta: dict[str, Any] = {"name": name}
+        if node is not None:
+            spec["nodeName"] = node
+        if grace:
+            meta["finalizers"] = [NOM_FINALIZER]  # holds the pod until it has terminated
+        return {"metadata": meta, "spec": spec}
+
+    # Node 0 full of inference (no victims there); node 1: four 1-GPU research pods per layer.
+    inf_pc = f"{FULL}-inference"
+    for i in range(2):
+        core.create_namespaced_pod(NOM_NS, pod(f"keep-{i}", inf_pc, 4, nodes[0]))
+    group = {cls: [f"{cls}-{i}" for i in range(4)] for cls in layers}
+    for cls, names in group.items():
+        for n in names:
+            core.create_namespaced_pod(
+                NOM_NS, pod(n, f"e2e-nom-{cls}", 1, nodes[1], layers[cls][1])
+            )
+
+    def pods() -> dict[str, Any]:
+        return {p.metadata.name: p for p in core.list_namespaced_pod(NOM_NS).items}
+
+    wait(
+        "the layout Running",
+        lambda: sum(p.status.phase == "Running" for p in pods().values()) == 10,
+        120,
+    )
+    t0 = time.monotonic()
+    seen: dict[str, float] = {}
+    core.create_namespaced_pod(NOM_NS, pod("inf-a", inf_pc, 4, None))
+    deadline = t0 + NOM_GRACE_B + 60
+    while time.monotonic() < deadline:
+        now = round(time.monotonic() - t0, 1)
+        ps = pods()
+        for n, p in ps.items():
+            if (
+                p.metadata.deletion_timestamp
+                and p.status.phase == "Failed"
+                and p.metadata.finalizers
+            ):
+                core.patch_namespaced_pod(n, NOM_NS, {"metadata": {"finalizers": None}})
+        for x in ("inf-a", "inf-b"):
+            p = ps.get(x)
+            if p is not None and p.status.nominated_node_name:
+                seen.setdefault(f"{x} nominated", now)
+            if p is not None and p.spec.node_name:
+                seen.setdefault(f"{x} bound", now)
+        for cls, names in group.items():
+            # A terminated (Failed) pod no longer counts against its node, finalizer or not.
+            if all(n not in ps or ps[n].status.phase == "Failed" for n in names):
+                seen.setdefault(f"{cls} victims gone", now)
+        if "inf-a nominated" in seen and "inf-b" not in ps:
+            core.create_namespaced_pod(NOM_NS, pod("inf-b", inf_pc, 4, None))
+        if all(k in seen for k in NOM_EVENTS):
+            break
+        time.sleep(0.25)
+    for k in NOM_EVENTS:
+        if k not in seen:
+            raise Failed(f"no '{k}' within {NOM_GRACE_B + 60} s: {seen}")
+    if seen["low victims gone"] > seen["mid victims gone"]:
+        raise Failed(f"the first pod's victims (priority -120) went last: {seen}")
+    if seen["inf-a bound"] < seen["mid victims gone"] - 2.0:
+        raise Failed(f"kube-scheduler bound the first pod before the second's victims went: {seen}")
+
+    # The same two preemptions in the simulated cluster: the first binds with the second.
+    sim = Cluster(16, 8)
+    for i in range(2):
+        sim.submit(Pod("inference", 4, INFERENCE_PRIORITY, float(i)))
+        sim.schedule(float(i), 0.0)
+    for i, cls in enumerate(["mid"] * 4 + ["low"] * 4):
+        sim.submit(Pod("research", 1, layers[cls][0], 10.0 + i))
+        sim.schedule(10.0 + i, 0.0)
+    a = Pod("inference", 4, INFERENCE_PRIORITY, 100.0)
+    b = Pod("inference", 4, INFERENCE_PRIORITY, 101.0)
+    sim.submit(a)
+    sim.schedule(100.0, float(NOM_GRACE_A))
+    sim.submit(b)
+    sim.schedule(101.0, float(NOM_GRACE_B))
+    for t in range(100, 101 + NOM_GRACE_B + 2):
+        sim.release_due(float(t))
+        sim.schedule(float(t), 0.0)
+    if a.bound_at != b.bound_at or a.bound_at < 101.0 + NOM_GRACE_B:
+        raise Failed(f"simulated: first bound at {a.bound_at}, second at {b.bound_at}")
+    return {
+        "seen_s": seen,
+        "first_waited_after_its_victims_s": round(
+            seen["inf-a bound"] - seen["low victims gone"], 1
+        ),
+        "simulated_bound_at_s": [a.bound_at - 100.0, b.bound_at - 100.0],
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("0-chart-ci-values", s0_chart_ci_values),
@@ -1195,6 +1339,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("7-queue", s7_queue),
     ("5-tls", s5_tls),
     ("8-preemption-order", s8_preemption_order),
+    ("9-nominated-wait", s9_nominated_wait),
 ]
 
 
