@@ -1090,6 +1090,39 @@ ORDER_LAYOUT = [
 ORDER_CLASSES = [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)]
 
 
+def kwok_pod(
+    name: str,
+    pc: str,
+    gpus: int,
+    node: str | None,
+    pool: str,
+    grace: int = 0,
+    finalizer: str | None = None,
+) -> dict[str, Any]:
+    """A GPU pod for kwok nodes of `pool`; `node` places it directly (no scheduling choice)."""
+    spec: dict[str, Any] = {
+        "priorityClassName": pc,
+        "terminationGracePeriodSeconds": grace,
+        "nodeSelector": {"gpu-pool": pool},
+        "tolerations": [
+            {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+        ],
+        "containers": [
+            {
+                "name": "c",
+                "image": "fake.invalid/job:kwok",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }
+        ],
+    }
+    meta: dict[str, Any] = {"name": name}
+    if node is not None:
+        spec["nodeName"] = node
+    if finalizer is not None:
+        meta["finalizers"] = [finalizer]
+    return {"metadata": meta, "spec": spec}
+
+
 def s8_preemption_order(c: Ctx) -> dict[str, Any]:
     from kubernetes import client
 
@@ -1117,25 +1150,7 @@ def s8_preemption_order(c: Ctx) -> dict[str, Any]:
         120,
     )
 
-    def pod(name: str, pc: str, gpus: int, node: str | None) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "priorityClassName": pc,
-            "terminationGracePeriodSeconds": 0,
-            "nodeSelector": {"gpu-pool": ORDER_POOL},
-            "tolerations": [
-                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "fake.invalid/job:kwok",
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-        }
-        if node is not None:
-            spec["nodeName"] = node  # the layout, placed directly (no scheduling choice)
-        return {"metadata": {"name": name}, "spec": spec}
+    pod = partial(kwok_pod, pool=ORDER_POOL)
 
     for name, cls, gpus, node in ORDER_LAYOUT:
         core.create_namespaced_pod(ORDER_NS, pod(name, f"e2e-order-{cls}", gpus, nodes[node]))
@@ -1223,27 +1238,9 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     )
 
     def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
-        spec: dict[str, Any] = {
-            "priorityClassName": pc,
-            "terminationGracePeriodSeconds": grace,
-            "nodeSelector": {"gpu-pool": NOM_POOL},
-            "tolerations": [
-                {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
-            ],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "fake.invalid/job:kwok",
-                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
-                }
-            ],
-        }
-        meta: dict[str, Any] = {"name": name}
-        if node is not None:
-            spec["nodeName"] = node
-        if grace:
-            meta["finalizers"] = [NOM_FINALIZER]  # holds the pod until it has terminated
-        return {"metadata": meta, "spec": spec}
+        # A finalizer holds a pod with a grace period until it has terminated.
+        fin = NOM_FINALIZER if grace else None
+        return kwok_pod(name, pc, gpus, node, NOM_POOL, grace=grace, finalizer=fin)
 
     # Node 0 full of inference (no victims there); node 1: four 1-GPU research pods per layer.
     inf_pc = f"{FULL}-inference"
