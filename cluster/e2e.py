@@ -1090,6 +1090,21 @@ ORDER_LAYOUT = [
 ORDER_CLASSES = [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)]
 
 
+def side_nodes(c: Ctx, prefix: str, pool: str, label: str) -> list[str]:
+    """Two 8-GPU kwok nodes outside the scaler's pool (their own `gpu-pool` label), Ready,
+    deleted at cleanup."""
+    core = c.api.core
+    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix=prefix, pool=pool)
+    for n in nodes:
+        c.cleanup.append(partial(core.delete_node, n))
+    wait(
+        f"the two {label} nodes are Ready",
+        lambda: cluster.nodes_ready(core.api_client, nodes),
+        120,
+    )
+    return nodes
+
+
 def kwok_pod(
     name: str,
     pc: str,
@@ -1141,14 +1156,7 @@ def s8_preemption_order(c: Ctx) -> dict[str, Any]:
         }
         sched.create_priority_class(body)
         c.cleanup.append(partial(sched.delete_priority_class, f"e2e-order-{cls}"))
-    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix="order-node", pool=ORDER_POOL)
-    for n in nodes:
-        c.cleanup.append(partial(core.delete_node, n))
-    wait(
-        "the two order-check nodes are Ready",
-        lambda: cluster.nodes_ready(core.api_client, nodes),
-        120,
-    )
+    nodes = side_nodes(c, "order-node", ORDER_POOL, "order-check")
 
     pod = partial(kwok_pod, pool=ORDER_POOL)
 
@@ -1228,14 +1236,7 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
         body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"}
         sched.create_priority_class(body)
         c.cleanup.append(partial(sched.delete_priority_class, name))
-    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix="nom-node", pool=NOM_POOL)
-    for n in nodes:
-        c.cleanup.append(partial(core.delete_node, n))
-    wait(
-        "the two nominated-check nodes are Ready",
-        lambda: cluster.nodes_ready(core.api_client, nodes),
-        120,
-    )
+    nodes = side_nodes(c, "nom-node", NOM_POOL, "nominated-check")
 
     def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
         # A finalizer holds a pod with a grace period until it has terminated.
