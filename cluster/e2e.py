@@ -1090,10 +1090,26 @@ ORDER_LAYOUT = [
 ORDER_CLASSES = [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)]
 
 
-def side_nodes(c: Ctx, prefix: str, pool: str, label: str) -> list[str]:
-    """Two 8-GPU kwok nodes outside the scaler's pool (their own `gpu-pool` label), Ready,
-    deleted at cleanup."""
-    core = c.api.core
+def side_setup(
+    c: Ctx, ns: str, classes: dict[str, int], prefix: str, pool: str, label: str
+) -> list[str]:
+    """A namespace, research PriorityClasses {name: value} (preemptionPolicy Never, as the
+    chart's) and two 8-GPU kwok nodes outside the scaler's pool (their own `gpu-pool`
+    label), Ready; all deleted at cleanup. Returns the node names."""
+    from kubernetes import client
+
+    core, sched = c.api.core, client.SchedulingV1Api(c.api.core.api_client)
+    core.create_namespace({"metadata": {"name": ns}})
+    c.cleanup.append(lambda: core.delete_namespace(ns))
+    for name, value in classes.items():
+        body = {
+            "metadata": {"name": name},
+            "value": value,
+            "preemptionPolicy": "Never",
+            "globalDefault": False,
+        }
+        sched.create_priority_class(body)
+        c.cleanup.append(partial(sched.delete_priority_class, name))
     nodes = cluster.create_nodes(core.api_client, 2, 8, prefix=prefix, pool=pool)
     for n in nodes:
         c.cleanup.append(partial(core.delete_node, n))
@@ -1139,24 +1155,12 @@ def kwok_pod(
 
 
 def s8_preemption_order(c: Ctx) -> dict[str, Any]:
-    from kubernetes import client
-
     from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod, research_priorities
 
-    core, sched = c.api.core, client.SchedulingV1Api(c.api.core.api_client)
+    core = c.api.core
     values = research_priorities(ORDER_CLASSES)  # what the chart deploys for these classes
-    core.create_namespace({"metadata": {"name": ORDER_NS}})
-    c.cleanup.append(lambda: core.delete_namespace(ORDER_NS))
-    for cls, v in values.items():
-        body = {
-            "metadata": {"name": f"e2e-order-{cls}"},
-            "value": v,
-            "preemptionPolicy": "Never",
-            "globalDefault": False,
-        }
-        sched.create_priority_class(body)
-        c.cleanup.append(partial(sched.delete_priority_class, f"e2e-order-{cls}"))
-    nodes = side_nodes(c, "order-node", ORDER_POOL, "order-check")
+    classes = {f"e2e-order-{cls}": v for cls, v in values.items()}
+    nodes = side_setup(c, ORDER_NS, classes, "order-node", ORDER_POOL, "order-check")
 
     pod = partial(kwok_pod, pool=ORDER_POOL)
 
@@ -1222,21 +1226,13 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     """kube-scheduler's filter counts other nominated pods of equal or higher priority on a
     node: two replicas nominated to one node wait for each other's victims. The bench's
     ServeGen seed 3 shortfall runs on this (docs/bench.md); the simulator must keep it."""
-    from kubernetes import client
-
     from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
 
-    core, sched = c.api.core, client.SchedulingV1Api(c.api.core.api_client)
-    core.create_namespace({"metadata": {"name": NOM_NS}})
-    c.cleanup.append(lambda: core.delete_namespace(NOM_NS))
+    core = c.api.core
     # The first inference pod evicts the lowest priority (short grace), the second the rest.
     layers = {"low": (-120, NOM_GRACE_A), "mid": (-110, NOM_GRACE_B)}
-    for cls, (value, _) in layers.items():
-        name = f"e2e-nom-{cls}"
-        body = {"metadata": {"name": name}, "value": value, "preemptionPolicy": "Never"}
-        sched.create_priority_class(body)
-        c.cleanup.append(partial(sched.delete_priority_class, name))
-    nodes = side_nodes(c, "nom-node", NOM_POOL, "nominated-check")
+    classes = {f"e2e-nom-{cls}": value for cls, (value, _) in layers.items()}
+    nodes = side_setup(c, NOM_NS, classes, "nom-node", NOM_POOL, "nominated-check")
 
     def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
         # A finalizer holds a pod with a grace period until it has terminated.
