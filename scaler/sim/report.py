@@ -44,7 +44,8 @@ def oracle_at(frontier: tuple[np.ndarray, np.ndarray], a: float) -> float:
     """The oracle's harvest at attainment `a`, linear between the swept headrooms. Beyond
     the frontier's ends it is clamped: above the best oracle attainment this overstates the
     oracle (it would need more GPUs for more attainment), which only makes the share
-    harder to reach."""
+    harder to reach; below the lowest (headroom 1) it understates the oracle (a headroom
+    below 1 would harvest more), so a share read there is an upper bound."""
     att, env = frontier
     if att.size == 0:
         return 0.0
