@@ -77,13 +77,23 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
     p.add_argument("--reserve-gpus", type=int, default=4)
-    p.add_argument(
+    sigterm = p.add_mutually_exclusive_group()
+    sigterm.add_argument(
         "--checkpoint-on-sigterm",
         type=float,
         default=None,
         metavar="SECONDS",
         help="preempted research pods write a checkpoint on SIGTERM taking SECONDS (the "
         "chart's contract); default: they lose the work since their last checkpoint",
+    )
+    sigterm.add_argument(
+        "--exit-on-sigterm",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="preempted research pods exit on SIGTERM after SECONDS, losing the work since "
+        "their last checkpoint (a command without a SIGTERM handler); default: they hold "
+        "their GPUs for the whole grace period",
     )
     p.add_argument(
         "--research-grace",
@@ -157,9 +167,14 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         p.error("--oracle-headrooms: at least one headroom, each > 0")
     if a.score_from_day is not None and not 0 <= a.score_from_day < a.days:
         p.error("--score-from-day must be in [0, --days)")
-    timing = PoolTiming(
-        research_grace_s=a.research_grace, research_sigterm_checkpoint_s=a.checkpoint_on_sigterm
-    )
+    try:
+        timing = PoolTiming(
+            research_grace_s=a.research_grace,
+            research_sigterm_checkpoint_s=a.checkpoint_on_sigterm,
+            research_sigterm_exit_s=a.exit_on_sigterm,
+        )
+    except ValueError as e:
+        p.error(f"--research-grace / SIGTERM: {e}")
     scn = Scenario(
         timing=timing,
         ours_thresholds=th,

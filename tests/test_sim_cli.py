@@ -20,6 +20,7 @@ def test_defaults_are_the_documented_default_scenario() -> None:
     assert scn.spec.model.name == "Meta-Llama-3-70B" and scn.cold_start_s == 120.0
     assert scn.ours_thresholds == ()  # the product's defaults
     assert scn.timing.research_sigterm_checkpoint_s is None
+    assert scn.timing.research_sigterm_exit_s is None
     assert a.policies.split(",") == [
         "ours",
         "static-peak",
@@ -56,10 +57,26 @@ def test_every_option_is_applied() -> None:
     assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
 
 
+def test_exit_on_sigterm_frees_the_gpus_and_keeps_the_loss() -> None:
+    scn, _ = parse_args(["--exit-on-sigterm", "5"])
+    assert scn.timing.research_sigterm_exit_s == 5.0
+    lc = scn.timing.lifecycle(4, 120.0)
+    assert (lc.research_hold_s, lc.checkpoint_on_sigterm) == (5.0, False)
+    worst = parse_args([])[0].timing.lifecycle(4, 120.0)
+    assert (worst.research_hold_s, worst.checkpoint_on_sigterm) == (600.0, False)
+
+
 @pytest.mark.parametrize(
     "argv",
-    [["--days", "0"], ["--pool-gpus", "2"], ["--thresholds", "waiting"], ["--trace", "x"]],
-    ids=["days", "pool", "thresholds", "trace"],
+    [
+        ["--days", "0"],
+        ["--pool-gpus", "2"],
+        ["--thresholds", "waiting"],
+        ["--trace", "x"],
+        ["--checkpoint-on-sigterm", "60", "--exit-on-sigterm", "5"],
+        ["--exit-on-sigterm", "700"],
+    ],
+    ids=["days", "pool", "thresholds", "trace", "checkpoint-and-exit", "exit-after-grace"],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:

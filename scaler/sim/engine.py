@@ -35,18 +35,31 @@ class PoolTiming:
     # None: it does not checkpoint on SIGTERM (loses work since its last checkpoint).
     # Else: it writes a checkpoint on SIGTERM, taking this long (GPUs held until done).
     research_sigterm_checkpoint_s: float | None = None
+    # None: it holds its GPUs for the whole grace period. Else: it exits on SIGTERM after
+    # this long, losing the work since its last checkpoint: a command without a SIGTERM
+    # handler (the signal's default action) under the chart's worker, which forwards it.
+    research_sigterm_exit_s: float | None = None
     research_startup_s: float = 60.0  # image pull, start, load data/checkpoint: not useful
     record_every_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        ck, ex = self.research_sigterm_checkpoint_s, self.research_sigterm_exit_s
+        if ck is not None and ex is not None:
+            raise ValueError("a research pod either checkpoints on SIGTERM or exits on it")
+        for hold in (ck, ex):
+            if hold is not None and not 0 <= hold <= self.research_grace_s:
+                raise ValueError(f"SIGTERM handling takes {hold} s, outside the grace period")
+
     def lifecycle(self, gpus_per_replica: int, cold_start_s: float) -> Lifecycle:
-        """A pod checkpointing on SIGTERM holds its GPUs until it is written, else for the
-        grace period."""
-        ck = self.research_sigterm_checkpoint_s
+        """A pod checkpointing on SIGTERM holds its GPUs until it is written, one exiting on
+        it until it is gone, else for the grace period."""
+        ck, ex = self.research_sigterm_checkpoint_s, self.research_sigterm_exit_s
+        hold = ck if ck is not None else ex if ex is not None else self.research_grace_s
         return Lifecycle(
             gpus_per_replica=gpus_per_replica,
             cold_start_s=cold_start_s,
             research_startup_s=self.research_startup_s,
-            research_hold_s=self.research_grace_s if ck is None else ck,
+            research_hold_s=hold,
             checkpoint_on_sigterm=ck is not None,
         )
 

@@ -25,6 +25,23 @@ def attainment(r: PolicyResult, slo_s: float) -> float:
     return float(np.mean(decided <= slo_s)) if decided.size else 0.0
 
 
+def _on_sigterm(timing: dict[str, Any]) -> str:
+    """What a preempted research pod does in the bench (report header sentence)."""
+    ck = timing["research_sigterm_checkpoint_s"]
+    ex = timing.get("research_sigterm_exit_s")  # absent in results written before it
+    if ck is not None:
+        return f"Preempted research pods checkpoint on SIGTERM in {ck:g} s (GPUs held meanwhile)."
+    if ex is not None:
+        return (
+            f"Preempted research pods exit on SIGTERM after {ex:g} s (no handler) and lose "
+            "the work since their last checkpoint."
+        )
+    return (
+        "Preempted research pods lose the work since their last checkpoint and hold their "
+        f"GPUs {timing['research_grace_s']:g} s."
+    )
+
+
 def oracle_frontier(run: ScenarioRun) -> tuple[np.ndarray, np.ndarray]:
     """(attainment, harvested GPU-h) of the oracle at each headroom, by attainment, the
     harvest made non-increasing in attainment (the upper envelope: a point with more
@@ -140,13 +157,7 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         "(tokens/s between consecutive scrapes); adaptive reserve "
         + (f"≤ {s['adaptive_reserve_max_gpus']} GPUs" if s["adaptive_reserve_max_gpus"] else "off")
         + ". Baselines: Kubernetes HPA defaults (tolerance 0.1, scale-down window 300 s). "
-        + (
-            f"Preempted research pods lose the work since their last checkpoint and hold "
-            f"their GPUs {s['timing']['research_grace_s']:g} s."
-            if s["timing"]["research_sigterm_checkpoint_s"] is None
-            else f"Preempted research pods checkpoint on SIGTERM in "
-            f"{s['timing']['research_sigterm_checkpoint_s']:g} s (GPUs held meanwhile)."
-        ),
+        + _on_sigterm(s["timing"]),
         "",
         "Ours' objective: "
         + (
