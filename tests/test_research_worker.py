@@ -56,7 +56,8 @@ term = False
 def on_term(signum, frame):
     global term
     term = True
-signal.signal(signal.SIGTERM, signal.SIG_IGN if mode == "ignore-term" else on_term)
+handlers = {"ignore-term": signal.SIG_IGN, "no-handler": signal.SIG_DFL}
+signal.signal(signal.SIGTERM, handlers.get(mode, on_term))
 steps, step_s = int(os.environ.get("STEPS", "1")), float(os.environ.get("STEP_S", "0"))
 progress = os.path.join(ck, "progress")
 done = int(open(progress).read()) if os.path.exists(progress) else 0
@@ -225,6 +226,28 @@ def test_command_ignoring_sigterm_is_killed_after_the_grace_period(
     assert "grace period over: SIGKILL" in out
     it = queue.get(item_id)
     assert it is not None and (it.state, it.preemptions, it.failures) == ("requeued", 1, 0)
+
+
+def test_command_without_a_sigterm_handler_frees_the_pod_at_once(
+    queue: WorkQueue, redis_server: RedisServer, command: list[str], tmp_path: Path
+) -> None:
+    # The bench's `--exit-on-sigterm`: the signal's default action ends the command at
+    # once, the worker exits without waiting out the grace period and the item goes back
+    # with the progress of its last checkpoint (the work after it is lost).
+    item_id = queue.submit("eval", {"MODE": "no-handler", "STEPS": "1000", "STEP_S": "0.05"})
+    root = tmp_path / "ck"
+    ck = root / "eval" / item_id
+    w = start_worker(redis_server.url, root, command, "--grace-seconds", "60")
+    wait_for(lambda: progress(ck) >= 2, what="two steps")
+    t0 = time.monotonic()
+    w.send_signal(signal.SIGTERM)
+    rc, out = finish(w)
+    assert rc == 143, out
+    assert time.monotonic() - t0 < 3.0  # not the 60-s grace period
+    assert "SIGKILL" not in out and not (ck / "sigterm-1").exists()
+    it = queue.get(item_id)
+    assert it is not None and (it.state, it.preemptions, it.failures) == ("requeued", 1, 0)
+    assert 2 <= progress(ck) < 1000
 
 
 def test_cancel_stops_the_running_command_at_the_next_heartbeat(
