@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTO_OUT := scaler/_proto
 
-.PHONY: run test lint proto bench bench-week bench-sim bench-load bench-objective bench-contract clean help
+.PHONY: run test lint proto bench bench-week bench-sim bench-load bench-objective bench-contract bench-exit clean help
 
 help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
@@ -16,6 +16,7 @@ help:
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
 	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seed 7, shuffled control (~45 min on 2 cores)"
 	@echo "make bench-contract  - the same objective runs with research checkpointing on SIGTERM in 60 s (the worker's contract; ~60 min on 2 cores, estimated from runs at --jobs 1)"
+	@echo "make bench-exit      - the same objective runs with research that dies on SIGTERM (no handler: GPUs free in 5 s, work since the last checkpoint lost; ~50 min, estimated)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 	@echo "make cluster - real etcd/kube-apiserver/controller-manager/scheduler + KEDA, kwok GPU nodes"
 	@echo "make cluster-down - stop it"
@@ -78,6 +79,7 @@ bench-week: $(STAMP)
 # Latency objective + forecast (docs/bench.md, "Objective-driven"): the issue-14 acceptance
 # runs, ~45 min on 2 cores (the conversation week alone ~20). Objective 2.5 s (a vLLM bucket bound), scored from day 1.
 OBJ := --slo 2.5 --adaptive-reserve 16
+COMMA := ,
 bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --policies ours,static-peak,oracle --out bench/results/objective-azure-code-7d
 	$(PY) -m bench.simulate --days 7 $(OBJ) --policies ours --no-forecast --out bench/results/objective-azure-code-7d-reactive
@@ -90,16 +92,27 @@ bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-6d-shuffled
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-6d-shuffled-reactive
 
-# The objective runs when research honours the chart's contract (docs/bench.md, "Research
-# that checkpoints on SIGTERM"): preempted pods write a checkpoint in 60 s and free their
-# GPUs, instead of holding them the whole 600-s grace and losing the work since the last one.
-CONTRACT := $(OBJ) --checkpoint-on-sigterm 60 --policies ours,static-peak,oracle
+# The objective runs with other research behaviour on preemption (docs/bench.md): $(1) the
+# flags, $(2) the results' prefix.
+define research_mode_runs
+	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) $(1) --out bench/results/$(2)-azure-code-7d
+	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) $(1) --trace azure-conv-week --out bench/results/$(2)-azure-conv-7d
+	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) $(1) --trace servegen-large --out bench/results/$(2)-servegen-large-3d
+	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) $(1) --seed 7 --trace servegen-large --out bench/results/$(2)-servegen-large-3d-seed7
+	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) $(1) --seed 3 --trace servegen-large --out bench/results/$(2)-servegen-large-3d-seed3
+endef
+
+# Research that honours the chart's contract ("Research that checkpoints on SIGTERM"):
+# preempted pods write a checkpoint in 60 s and free their GPUs, instead of holding them
+# the whole 600-s grace and losing the work since the last one.
 bench-contract: $(STAMP)
-	$(PY) -m bench.simulate --jobs 2 --days 7 $(CONTRACT) --out bench/results/contract-azure-code-7d
-	$(PY) -m bench.simulate --jobs 2 --days 7 $(CONTRACT) --trace azure-conv-week --out bench/results/contract-azure-conv-7d
-	$(PY) -m bench.simulate --jobs 2 --days 3 $(CONTRACT) --trace servegen-large --out bench/results/contract-servegen-large-3d
-	$(PY) -m bench.simulate --jobs 2 --days 3 $(CONTRACT) --seed 7 --trace servegen-large --out bench/results/contract-servegen-large-3d-seed7
-	$(PY) -m bench.simulate --jobs 2 --days 3 $(CONTRACT) --seed 3 --trace servegen-large --out bench/results/contract-servegen-large-3d-seed3
+	$(call research_mode_runs,--checkpoint-on-sigterm 60 --policies ours$(COMMA)static-peak$(COMMA)oracle,contract)
+
+# Research commands without a SIGTERM handler ("Research that exits on SIGTERM"): the
+# worker forwards the signal, the command dies at once, the pod is gone in seconds and the
+# work since the last checkpoint is lost. Static peak lends nothing: not re-run.
+bench-exit: $(STAMP)
+	$(call research_mode_runs,--exit-on-sigterm 5 --policies ours$(COMMA)oracle,exit)
 
 # The scaler image and the chart package (docs/install.md). `make image` needs a docker
 # engine (none on the CI machines: it is not part of `make test`); it pushes only when
