@@ -103,6 +103,13 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         help="a preempted research pod holds its GPUs this long (the chart's research Job "
         "terminationGracePeriodSeconds, default 600)",
     )
+    p.add_argument(
+        "--worker-slot-check",
+        action="store_true",
+        help="research runs under the chart's queue worker: a pod that starts when its "
+        "class's running Jobs fill the scaler's slots takes nothing and exits (default: a "
+        "bound research pod always runs)",
+    )
     p.add_argument("--no-slo", action="store_true", help="ours without an `slo:` objective")
     p.add_argument("--no-forecast", action="store_true", help="ours without pool.forecast")
     p.add_argument(
@@ -172,6 +179,7 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
             research_grace_s=a.research_grace,
             research_sigterm_checkpoint_s=a.checkpoint_on_sigterm,
             research_sigterm_exit_s=a.exit_on_sigterm,
+            research_worker_slot_check=a.worker_slot_check,
         )
     except ValueError as e:
         p.error(f"--research-grace / SIGTERM: {e}")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 import pytest
 
 from bench.simulate import parse_args
+from scaler.sim.report import _on_sigterm
 
 
 def test_defaults_are_the_documented_default_scenario() -> None:
@@ -64,6 +66,15 @@ def test_exit_on_sigterm_frees_the_gpus_and_keeps_the_loss() -> None:
     assert (lc.research_hold_s, lc.checkpoint_on_sigterm) == (5.0, False)
     worst = parse_args([])[0].timing.lifecycle(4, 120.0)
     assert (worst.research_hold_s, worst.checkpoint_on_sigterm) == (600.0, False)
+
+
+def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
+    scn, _ = parse_args(["--worker-slot-check", "--exit-on-sigterm", "5"])
+    assert scn.timing.lifecycle(4, 120.0).worker_slot_check
+    assert not parse_args([])[0].timing.lifecycle(4, 120.0).worker_slot_check
+    timing = dataclasses.asdict(scn.timing)
+    assert "takes nothing and exits" in _on_sigterm(timing)
+    assert "takes nothing" not in _on_sigterm(dataclasses.asdict(parse_args([])[0].timing))
 
 
 @pytest.mark.parametrize(

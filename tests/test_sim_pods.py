@@ -26,8 +26,9 @@ def make_pods(
     cold_s: float = COLD_S,
     hold_s: float = HOLD_S,
     checkpoint_on_sigterm: bool = False,
+    worker_slot_check: bool = False,
 ) -> Pods:
-    lc = Lifecycle(4, cold_s, STARTUP_S, hold_s, checkpoint_on_sigterm)
+    lc = Lifecycle(4, cold_s, STARTUP_S, hold_s, checkpoint_on_sigterm, worker_slot_check)
     return Pods(
         pool_gpus=pool_gpus,
         gpus_per_node=8,
@@ -218,6 +219,62 @@ def test_checkpoint_on_sigterm_loses_nothing() -> None:
     ((job, lost),) = p.step(1000.0, busy).preempted
     assert lost == 0.0 and job.saved_s == pytest.approx(1000.0 - 11.0)
     assert p.ledger.lost_gpu_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("check", "granted", "runs"),
+    [
+        pytest.param(True, {"finetune": 1}, True, id="slot-free"),
+        # KEDA created the Job on an older, higher answer; the worker asks again and exits.
+        pytest.param(True, {"finetune": 0}, False, id="no-slot"),
+        pytest.param(True, {}, False, id="class-unknown-to-the-scaler"),
+        pytest.param(False, {"finetune": 0}, True, id="bare-command-no-worker"),
+    ],
+)
+def test_worker_takes_an_item_only_when_its_class_has_a_free_slot(
+    check: bool, granted: dict[str, int], runs: bool
+) -> None:
+    p = make_pods(8, worker_slot_check=check)
+    p.granted = granted
+    p.create_jobs("finetune", 1.0, 0.0)
+    (job,) = p.jobs("finetune")
+    p.step(0.0, busy)
+    assert (job.state is JobState.RUNNING) is runs
+    assert p.ledger.declined == (0 if runs else 1)
+    assert p.unfinished("finetune") == (1 if runs else 0)  # a declined Job succeeded
+    p.step(1.0, busy)
+    assert p.cluster.held["research"] == (4 if runs else 0)  # its pod exited at once
+
+
+def test_declined_item_keeps_its_checkpoint_for_the_next_job() -> None:
+    """Preempted by a short burst, its re-created pod starts on the GPUs the burst no
+    longer needs while the scaler still grants its class nothing: the worker takes
+    nothing; the next Job KEDA creates takes the same item, checkpoint and all, before
+    any new one."""
+    p = make_pods(16, hold_s=5.0, worker_slot_check=True)
+    p.granted = {"finetune": 1}
+    p.start_ready(2, 0.0)
+    p.create_jobs("finetune", 1.0, 0.0)
+    p.step(1.0, busy)
+    (job,) = p.running
+    p.scale(4, 1000.0)
+    p.granted = {"finetune": 0}  # the burst took the class's GPUs
+    ((victim, _),) = p.step(1000.0, busy).preempted
+    assert victim is job and job.saved_s == 600.0
+    p.scale(3, 1002.0)  # the burst is over: the replica still waiting for them is deleted
+    # Gone after 5 s; re-created; binds on the 4 GPUs nobody holds; declines.
+    p.step(1005.0, busy)
+    assert p.ledger.declined == 1 and job.state is JobState.PENDING and job.pod is None
+    assert p.unfinished("finetune") == 0
+    p.step(1006.0, busy)
+    assert p.cluster.held == {"inference": 12, "research": 0}
+
+    p.granted = {"finetune": 1}
+    assert p.create_jobs("finetune", 1.0, 2000.0) == 1
+    assert p.jobs("finetune") == [job] and job.saved_s == 600.0
+    p.step(2000.0, busy)
+    assert job.state is JobState.RUNNING and job.preemptions == 1
+    assert job.finish_at() == pytest.approx(2000.0 + STARTUP_S + job.work_s - 600.0)
 
 
 def test_completed_job_frees_its_gpus_and_is_done() -> None:

@@ -39,6 +39,9 @@ class PoolTiming:
     # this long, losing the work since its last checkpoint: a command without a SIGTERM
     # handler (the signal's default action) under the chart's worker, which forwards it.
     research_sigterm_exit_s: float | None = None
+    # True: research runs under the chart's queue worker, whose pod takes nothing when it
+    # starts with no free slot for its class (`Lifecycle.worker_slot_check`).
+    research_worker_slot_check: bool = False
     research_startup_s: float = 60.0  # image pull, start, load data/checkpoint: not useful
     record_every_s: float = 60.0
 
@@ -61,6 +64,7 @@ class PoolTiming:
             research_startup_s=self.research_startup_s,
             research_hold_s=hold,
             checkpoint_on_sigterm=ck is not None,
+            worker_slot_check=self.research_worker_slot_check,
         )
 
 
@@ -182,6 +186,7 @@ def simulate_policy(
         if k % every["ctl"] == 0:
             v = view(now)
             policy.control(v)
+            pods.granted = dict(policy.slots)  # what a starting worker would be told
             if policy.decided_by and now >= measure_from:
                 by = policy.decided_by
                 decided_by[by] = decided_by.get(by, 0.0) + tm.scrape_interval_s

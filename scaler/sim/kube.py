@@ -353,6 +353,7 @@ class Ledger:
     lost_gpu_s: float = 0.0
     preemptions: int = 0
     completed: int = 0
+    declined: int = 0  # pods whose worker found no slot and took nothing
 
     def clip(self, a: float, b: float) -> float:
         return max(0.0, min(b, self.t1) - max(a, self.t0))
@@ -365,8 +366,16 @@ class Backlog:
     def __init__(self, classes: list[ResearchClassSpec], seed: int) -> None:
         self.classes = {c.name: c for c in classes}
         self._rng = {c.name: np.random.default_rng([seed, i, 7]) for i, c in enumerate(classes)}
+        # Items a worker put back untaken (no slot): the class's next Jobs take them first.
+        self._returned: dict[str, deque[ResearchJob]] = {c.name: deque() for c in classes}
+
+    def give_back(self, job: ResearchJob) -> None:
+        job.state, job.pod, job.run_from = JobState.PENDING, None, math.inf
+        self._returned[job.cls.name].append(job)
 
     def next_job(self, cls: str, now: float) -> ResearchJob:
+        if self._returned[cls]:
+            return self._returned[cls].popleft()
         c = self.classes[cls]
         hours = c.median_hours * float(np.exp(self._rng[cls].normal(0.0, c.sigma)))
         return ResearchJob(c, max(60.0, hours * 3600.0), now)

@@ -52,6 +52,11 @@ class Lifecycle:
     # True: it writes a checkpoint on SIGTERM within `research_hold_s` (loses nothing);
     # False: it loses the work since its last periodic checkpoint.
     checkpoint_on_sigterm: bool = False
+    # True: research runs under the chart's queue worker, which asks the scaler for the
+    # class's slots when its pod starts and takes nothing if the class's running Jobs
+    # already fill them (exit 0: the Job ends, the item waits for a later Job). False: a
+    # bound pod always runs (a bare jobTemplate command).
+    worker_slot_check: bool = False
 
 
 class RepState(Enum):
@@ -129,6 +134,7 @@ class Pods:
         self.spec_replicas = 0
         self.running: list[ResearchJob] = []  # bound, in binding order
         self._evicted: list[ResearchJob] = []  # pod terminating after preemption, in order
+        self.granted: dict[str, int] = {}  # the scaler's research slots per class, now
         self._uids = 0
 
     @property
@@ -234,6 +240,9 @@ class Pods:
             else:
                 job = pod.owner
                 assert isinstance(job, ResearchJob)
+                if self.lc.worker_slot_check and not self._slot_free(job.cls.name):
+                    self._decline(job, now)
+                    continue
                 job.state, job.run_from = JobState.RUNNING, now + self.lc.research_startup_s
                 self.running.append(job)
         for e in evicted:
@@ -246,6 +255,21 @@ class Pods:
             self._evicted.append(job)
             ch.preempted.append((job, lost))
         return loading
+
+    def _slot_free(self, research_class: str) -> bool:
+        """The worker's check (`gpu-pool-worker`: live leases < the scaler's slots)."""
+        running = sum(1 for j in self.running if j.cls.name == research_class)
+        return running < self.granted.get(research_class, 0)
+
+    def _decline(self, job: ResearchJob, now: float) -> None:
+        """No slot: the worker exits 0 at once, so its Job succeeds (KEDA stops counting
+        it) and the pod's GPUs are free; the item keeps its checkpoint for a later Job."""
+        assert job.pod is not None
+        self.cluster.delete(job.pod, now)
+        self.scaled_jobs[job.cls.name].jobs.remove(job)
+        self.backlog.give_back(job)
+        if self.ledger.t0 <= now < self.ledger.t1:
+            self.ledger.declined += 1
 
     # ---- counts --------------------------------------------------------------------------------
     def count(self, state: RepState) -> int:

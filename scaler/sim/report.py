@@ -30,16 +30,23 @@ def _on_sigterm(timing: dict[str, Any]) -> str:
     ck = timing["research_sigterm_checkpoint_s"]
     ex = timing.get("research_sigterm_exit_s")  # absent in results written before it
     if ck is not None:
-        return f"Preempted research pods checkpoint on SIGTERM in {ck:g} s (GPUs held meanwhile)."
-    if ex is not None:
-        return (
+        s = f"Preempted research pods checkpoint on SIGTERM in {ck:g} s (GPUs held meanwhile)."
+    elif ex is not None:
+        s = (
             f"Preempted research pods exit on SIGTERM after {ex:g} s (no handler) and lose "
             "the work since their last checkpoint."
         )
-    return (
-        "Preempted research pods lose the work since their last checkpoint and hold their "
-        f"GPUs {timing['research_grace_s']:g} s."
-    )
+    else:
+        s = (
+            "Preempted research pods lose the work since their last checkpoint and hold "
+            f"their GPUs {timing['research_grace_s']:g} s."
+        )
+    if timing.get("research_worker_slot_check"):
+        s += (
+            " Research runs under the queue worker: a pod that starts with no free slot for "
+            "its class takes nothing and exits."
+        )
+    return s
 
 
 def oracle_frontier(run: ScenarioRun) -> tuple[np.ndarray, np.ndarray]:
