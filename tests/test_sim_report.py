@@ -55,6 +55,7 @@ KEYS = {
     "share_of_oracle_at_equal_attainment",
     "lost_gpu_hours",
     "preemptions",
+    "declined_starts",
     "replica_changes",
     "target_set_by",
 }
@@ -71,11 +72,13 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     for m in on_disk["policies"].values():
         assert set(m) == KEYS
         assert isinstance(m["preemptions"], int) and isinstance(m["replica_changes"], int)
+        assert m["declined_starts"] == 0  # the worker's slot check is off by default
         assert 0.0 <= m["slo_attainment"] <= 1.0
     assert on_disk["policies"]["oracle"]["oracle_share"] == 1.0
     md = (tmp_path / "report.md").read_text()
     assert "`python -m bench.simulate --x`" in md and "test machine" in md
     assert md.count("\n| ours |") == 1 and md.count("\n| oracle |") == 1
+    assert "took nothing" not in md  # no declines: no line
     # Which signal set ours' target, as shares of the measured time; none for the oracle.
     shares = on_disk["policies"]["ours"]["target_set_by"]
     assert shares and sum(shares.values()) == pytest.approx(1.0)
@@ -86,6 +89,17 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     assert "ours's target set by (share of measured time): " in md
     png = (tmp_path / "pool.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_worker_declines_are_counted_and_named_in_the_report(tmp_path: Path) -> None:
+    results = {n: run(n) for n in ("ours", "oracle")}
+    results["ours"].ledger.declined = 7
+    sr = ScenarioRun(SCN, CAL, 4.0, 12345, results, 4, pool_config(SCN, CAL))
+    data = write(sr, tmp_path, "python -m bench.simulate --x", "test machine")
+    assert data["policies"]["ours"]["declined_starts"] == 7
+    assert data["policies"]["oracle"]["declined_starts"] == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "took nothing (queue worker): ours 7, oracle 0." in md
 
 
 def test_unserved_requests_count_as_misses_with_a_lower_bound() -> None:

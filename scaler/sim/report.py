@@ -108,6 +108,9 @@ def policy_metrics(
         "share_of_oracle_at_equal_attainment": h / at_equal if at_equal > 0 else 0.0,
         "lost_gpu_hours": r.ledger.lost_gpu_s / 3600.0,
         "preemptions": int(r.ledger.preemptions),
+        # Research pods whose queue worker found no free slot and took nothing
+        # (`--worker-slot-check`; always 0 without it).
+        "declined_starts": int(r.ledger.declined),
         "replica_changes": int(r.replica_changes),
         "target_set_by": decided_shares(r),
     }
@@ -210,6 +213,13 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
                 + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
                 + ".",
             ]
+    declined = {n: m.get("declined_starts", 0) for n, m in data["policies"].items()}
+    if any(declined.values()):
+        lines += [
+            "",
+            "Research pods that started with no free slot for their class and took nothing "
+            "(queue worker): " + ", ".join(f"{n} {k}" for n, k in declined.items()) + ".",
+        ]
     lines += [
         "",
         "Harvested = useful research work (checkpointed or completed, plus progress of Jobs "
