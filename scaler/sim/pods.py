@@ -258,8 +258,7 @@ class Pods:
 
     def _slot_free(self, research_class: str) -> bool:
         """The worker's check (`gpu-pool-worker`: live leases < the scaler's slots)."""
-        running = sum(1 for j in self.running if j.cls.name == research_class)
-        return running < self.granted.get(research_class, 0)
+        return self.jobs_in(JobState.RUNNING, research_class) < self.granted.get(research_class, 0)
 
     def _decline(self, job: ResearchJob, now: float) -> None:
         """No slot: the worker exits 0 at once, so its Job succeeds (KEDA stops counting

@@ -41,7 +41,7 @@ def _on_sigterm(timing: dict[str, Any]) -> str:
             "Preempted research pods lose the work since their last checkpoint and hold "
             f"their GPUs {timing['research_grace_s']:g} s."
         )
-    if timing.get("research_worker_slot_check"):
+    if timing["research_worker_slot_check"]:
         s += (
             " Research runs under the queue worker: a pod that starts with no free slot for "
             "its class takes nothing and exits."
@@ -213,7 +213,7 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
                 + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
                 + ".",
             ]
-    declined = {n: m.get("declined_starts", 0) for n, m in data["policies"].items()}
+    declined = {n: m["declined_starts"] for n, m in data["policies"].items()}
     if any(declined.values()):
         lines += [
             "",
