@@ -192,12 +192,38 @@ class Forecast(_Model):
         return self
 
 
+class GiveBack(_Model):
+    """How long research takes to give GPUs back, measured (docs/policy.md, "Give-back").
+
+    A research pod's give-back is the time from its deletion being requested (preemption,
+    Job deletion) to the pod leaving the pool, read from the pods the capacity watcher
+    sees (`capacity.nodes.subtractForeignPods`). Planned give-back = the longest of the last
+    `samples`, never more than `pool.forecast.researchGraceSeconds` (the kubelet kills at
+    the grace period); that value until `minSamples` are seen. It shortens the forecast's
+    lead and the adaptive reserve's `leadTimeSeconds` by what research returns sooner.
+    """
+
+    learn: bool = True
+    samples: Annotated[int, Field(ge=1, le=1000)] = 20  # last deletions that count
+    minSamples: Annotated[int, Field(ge=1, le=1000)] = 5  # before: the configured grace
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GiveBack:
+        if self.minSamples > self.samples:
+            raise ValueError(
+                f"minSamples ({self.minSamples}) exceeds samples ({self.samples}): the "
+                "measured give-back would never be used"
+            )
+        return self
+
+
 class PoolConfig(_Model):
     name: Name  # required
     capacity: CapacityConfig
     reserveGPUs: Annotated[int, Field(ge=0)] = 0  # floor of GPUs always kept free
     adaptiveReserve: AdaptiveReserve = AdaptiveReserve()
     forecast: Forecast = Forecast()
+    giveBack: GiveBack = GiveBack()
 
 
 class ScrapeConfig(_Model):

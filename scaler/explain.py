@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scaler.config import Config
 from scaler.core.decision import Decision
 from scaler.core.policy import format_decision
 
@@ -28,6 +29,17 @@ def render(d: Decision) -> str:
                 f"  forecast withholds {p.forecast_withheld_gpus} GPU(s) of the headroom from "
                 "research (inference needs them back within the classes' checkpoint intervals)"
             )
+        gb = d.give_back
+        if gb is not None and cfg is not None and _plans_give_back(cfg):
+            lines.append(
+                f"  research give-back planned: {gb.note} (forecast lead = cold start + "
+                "this; the adaptive reserve's lead shortened by what it saves on the grace)"
+            )
     for r in d.research.values():
         lines.append(f"research {r.name}: {r.slots} slot(s) × {r.gpus_per_job} GPU(s) — {r.reason}")
     return "\n".join(lines)
+
+
+def _plans_give_back(cfg: Config) -> bool:
+    """The give-back matters only where something looks ahead by it."""
+    return cfg.pool.forecast.enabled or cfg.pool.adaptiveReserve.enabled

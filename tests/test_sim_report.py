@@ -56,6 +56,7 @@ KEYS = {
     "lost_gpu_hours",
     "preemptions",
     "declined_starts",
+    "give_back_planned",
     "replica_changes",
     "target_set_by",
 }
@@ -79,6 +80,11 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     assert "`python -m bench.simulate --x`" in md and "test machine" in md
     assert md.count("\n| ours |") == 1 and md.count("\n| oracle |") == 1
     assert "took nothing" not in md  # no declines: no line
+    # Ours plans a research give-back (the configured grace until deletions are measured).
+    assert on_disk["policies"]["oracle"]["give_back_planned"] == ""
+    planned = on_disk["policies"]["ours"]["give_back_planned"]
+    assert planned.startswith("configured ") or planned.startswith("measured "), planned
+    assert f"Research give-back planned at the end: ours {planned}." in md
     # Which signal set ours' target, as shares of the measured time; none for the oracle.
     shares = on_disk["policies"]["ours"]["target_set_by"]
     assert shares and sum(shares.values()) == pytest.approx(1.0)

@@ -30,6 +30,9 @@ class Capacity:
     observed_at: float | None = None  # clock time the source last confirmed this view
     nodes: int = 0  # pool nodes counted (0 for a static source)
     detail: str = ""  # human summary for explain/logs, e.g. "3 nodes; 1 NotReady"
+    # Research pods being deleted (pod uid -> wall time the deletion was requested), as the
+    # pod watch sees them; None: pods not watched (core.giveback learns nothing then).
+    research_deleting: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0 or self.foreign_gpus < 0:

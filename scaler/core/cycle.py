@@ -2,8 +2,9 @@
 
     step(CycleInput, CycleState) -> (Decision, CycleState)
 
-aggregate each service's TargetStates -> forecast -> policy.decide -> reserve ->
-accounting.split_pool (with the forecast's research limits).
+research give-back (from the pods being deleted) -> aggregate each service's TargetStates
+-> forecast -> policy.decide -> reserve -> accounting.split_pool (with the forecast's
+research limits).
 The server's control loop (`scaler.loop`), the simulator's `ours` policy (`scaler.sim`) and
 the demo all call this function, so the bench measures exactly what the server runs.
 Scraping, discovery, capacity reading and clocks stay outside: the caller passes their
@@ -18,14 +19,16 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from scaler.config import Config, Forecast, InferenceService
-from scaler.core import forecast
+from scaler.core import forecast, giveback
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
 from scaler.core.decision import Decision, ServiceDecision, SignalVerdict
 from scaler.core.forecast import History
+from scaler.core.giveback import GiveBack
 from scaler.core.load import TargetState
 from scaler.core.policy import PolicyState, decide
 from scaler.core.reserve import ReserveTracker
+from scaler.core.reserve import lead as reserve_lead
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class CycleState:
     had_complete_cycle: bool = False
     # pool.forecast: needed replicas by day and time slot, per service.
     forecast: Mapping[str, History] = field(default_factory=dict)
+    # Research pods being deleted and how long recent ones took to leave (core.giveback).
+    give_back: GiveBack = field(default_factory=GiveBack)
 
 
 def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
@@ -62,6 +67,9 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     services: dict[str, ServiceDecision] = {}
     policy: dict[str, PolicyState] = {}
     history: dict[str, History] = {}
+    deleting = None if inp.capacity is None else inp.capacity.research_deleting
+    give_back = giveback.observe(prev.give_back, deleting, inp.wall_time, cfg.pool.giveBack.samples)
+    plan = giveback.planned(give_back, cfg.pool)
     for svc in cfg.inference:
         load = aggregate(svc.name, inp.targets.get(svc.name), now, cfg.scrape.staleAfterSeconds)
         hist = prev.forecast.get(svc.name)
@@ -71,7 +79,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if fc.enabled and not svc.forecast:
             note = "off for this service (forecast: false): reactive only"
         if cal is not None:
-            lead = svc.coldStartSeconds + fc.researchGraceSeconds
+            lead = svc.coldStartSeconds + plan.seconds
             p = forecast.predict(hist, fc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
         d, policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now, forecast=ahead)
@@ -95,7 +103,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         cfg,
         services,
         inp.capacity,
-        reserve.reserve(now),
+        reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds)),
         ready_for_research=ready,
         withhold=_withhold(cfg, services, history, inp.calendar),
     )
@@ -110,8 +118,11 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         config=cfg,
         complete=complete,
         made_at=now,
+        give_back=plan,
     )
-    state = CycleState(seq, MappingProxyType(policy), reserve, ready, MappingProxyType(history))
+    state = CycleState(
+        seq, MappingProxyType(policy), reserve, ready, MappingProxyType(history), give_back
+    )
     return decision, state
 
 

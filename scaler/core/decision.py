@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scaler.config import Config
+    from scaler.core.giveback import Planned
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ class Decision:
     # Monotonic clock time of the cycle; readers refuse to serve a decision older than
     # scrape.staleAfterSeconds as current. None: age unknown (hand-made snapshots).
     made_at: float | None = None
+    give_back: Planned | None = None  # research give-back the forecast and reserve plan for
 
     def __post_init__(self) -> None:
         # Read-only views: a published snapshot can never be changed under a reader.

@@ -1,7 +1,9 @@
 """The control loop's memory as a versioned JSON document, so a restart keeps it.
 
 What survives: per service the policy's memory (stabilization window, last raise, learned
-batch, the slo signal's window and learned capacity) and the forecast history. What does
+batch, the slo signal's window and learned capacity) and the forecast history; for the pool
+the measured research give-backs (core.giveback; kept at any age: new deletions replace
+them, and pods being deleted across the restart are seen again from the API). What does
 not: the adaptive reserve's recent history, and the "one complete cycle" gate (research
 waits for fresh data from every service after a start, as before).
 
@@ -27,6 +29,7 @@ from typing import Any
 from scaler.config import Config
 from scaler.core.cycle import CycleState
 from scaler.core.forecast import DAY, History
+from scaler.core.giveback import GiveBack
 from scaler.core.policy import PolicyState
 from scaler.core.slo import MAX_BIN, Learned, SloEntry
 
@@ -89,6 +92,8 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
         "savedAt": round(wall_now, 3),
         "services": services,
     }
+    if state.give_back.samples:
+        doc["giveBack"] = {"samples": [round(x, 3) for x in state.give_back.samples]}
     return json.dumps(doc, separators=(",", ":"), allow_nan=False)
 
 
@@ -270,9 +275,20 @@ def _restore(
             h = _history(_map(e["forecast"], f"{name}.forecast"), name, cfg, wall_now)
             if h is not None:
                 history[name] = h
-    state = CycleState(policy=MappingProxyType(policy), forecast=MappingProxyType(history))
+    samples = tuple(
+        _num(v, "giveBack.samples[]", lo=0)
+        for v in _list(
+            _map(d.get("giveBack", {}), "giveBack").get("samples", []), "giveBack.samples"
+        )
+    )[-cfg.pool.giveBack.samples :]
+    state = CycleState(
+        policy=MappingProxyType(policy),
+        forecast=MappingProxyType(history),
+        give_back=GiveBack(samples=samples),
+    )
     parts = [f"policy memory of {len(policy)} service(s)"]
     if age > POLICY_MAX_AGE_S and any("policy" in _map(v, "s") for v in services.values()):
         parts = [f"policy memory too old ({age:.0f} s > {POLICY_MAX_AGE_S:.0f} s), not used"]
     parts.append(f"forecast history of {len(history)} service(s)")
+    parts.append(f"{len(samples)} research give-back(s)")
     return state, f"state restored (saved {max(0.0, age):.0f} s ago): " + ", ".join(parts)

@@ -61,12 +61,13 @@ class ReserveTracker:
         while self._history and self._history[0][0] < horizon:
             self._history.popleft()
 
-    def adaptive_gpus(self, now: float) -> int:
-        """Largest rise within one lead time inside the trailing window, capped at maxGPUs."""
+    def adaptive_gpus(self, now: float, lead_seconds: float | None = None) -> int:
+        """Largest rise within one lead time inside the trailing window, capped at maxGPUs.
+        `lead_seconds`: the lead to cover (None: leadTimeSeconds; see `lead`)."""
         if not self._cfg.enabled:
             return 0
         self._prune(now)
-        lead = self._cfg.leadTimeSeconds
+        lead = self._cfg.leadTimeSeconds if lead_seconds is None else lead_seconds
         # Sliding-window minimum of held GPUs over the last `lead` seconds (monotonic deque
         # of indices): the rise ending at sample j is need_j − min{held_i : t_j − lead ≤ t_i ≤ t_j}.
         samples = list(self._history)
@@ -81,6 +82,16 @@ class ReserveTracker:
             best = max(best, need - samples[window[0]][1])
         return min(self._cfg.maxGPUs, best)
 
-    def reserve(self, now: float) -> int:
+    def reserve(self, now: float, lead_seconds: float | None = None) -> int:
         """GPUs to keep free now: the configured floor plus the adaptive part."""
-        return self._floor + self.adaptive_gpus(now)
+        return self._floor + self.adaptive_gpus(now, lead_seconds)
+
+
+def lead(pool: PoolConfig, give_back_s: float) -> float:
+    """The reserve's lead when research gives GPUs back in `give_back_s` (core.giveback):
+    leadTimeSeconds counts the configured grace (the chart: at least it), so research that
+    returns sooner shortens it by the difference, to no less than the give-back itself,
+    and never lengthens it."""
+    configured = pool.adaptiveReserve.leadTimeSeconds
+    cut = max(0.0, pool.forecast.researchGraceSeconds - give_back_s)
+    return min(configured, max(give_back_s, configured - cut, 1.0))

@@ -23,6 +23,10 @@ Foreign GPUs (subtractForeignPods): the GPU requests of pods bound to a counted 
 terminated (phase not Succeeded/Failed), and not labelled `<poolLabel>=<pool name>`.
 Requests are the effective pod request (containers, init containers, sidecars), rounded
 up; a pod that sets only a limit requests its limit (extended resources).
+
+Research deletions (with the pods watched): the pool's research pods (labelled
+`gpu-pool-scaler.io/research-class`, as the chart does) whose deletion was requested and
+that have not left yet, for the measured give-back (scaler/core/giveback.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -56,6 +61,8 @@ UNUSABLE_TAINT_KEYS = frozenset(
     }
 )
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+# The chart labels every research Job's pod with its class (templates/scaledjobs.yaml).
+RESEARCH_CLASS_LABEL = "gpu-pool-scaler.io/research-class"
 
 
 # --- pure capacity from API objects ----------------------------------------------------
@@ -133,6 +140,38 @@ def is_foreign(pod: Obj, pool_label: str, pool_name: str) -> bool:
     return labels.get(pool_label) != pool_name
 
 
+def _rfc3339(v: Any) -> float | None:
+    if not isinstance(v, str):
+        return None
+    try:
+        t = datetime.fromisoformat(v)
+    except ValueError:
+        return None
+    return t.timestamp() if t.tzinfo is not None else None
+
+
+def research_deleting(pods: Iterable[Obj], pool_label: str, pool_name: str) -> dict[str, float]:
+    """This pool's research pods whose deletion was requested and that still hold their GPUs:
+    pod uid -> wall time of the request. The API server sets deletionTimestamp to the request
+    time plus the pod's grace period (deletionGracePeriodSeconds), so the request is their
+    difference. A pod with unreadable timestamps is left out (it cannot be measured)."""
+    out: dict[str, float] = {}
+    for pod in pods:
+        meta = obj_meta(pod)
+        labels = meta.get("labels") or {}
+        if labels.get(pool_label) != pool_name or RESEARCH_CLASS_LABEL not in labels:
+            continue
+        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+            continue
+        at = _rfc3339(meta.get("deletionTimestamp"))
+        grace = meta.get("deletionGracePeriodSeconds")
+        if at is None or isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+            continue
+        uid = meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        out[str(uid)] = at - grace
+    return out
+
+
 def capacity_from_nodes(
     nodes: Iterable[Obj],
     pods: Iterable[Obj] | None,
@@ -161,9 +200,11 @@ def capacity_from_nodes(
             excluded.setdefault(why, []).append(name)
 
     foreign = 0
+    deleting: dict[str, float] | None = None
     if cfg.subtractForeignPods:
         if pods is None:
             raise ValueError("subtractForeignPods needs the pod list")
+        pods = list(pods)  # read twice: foreign requests, research deletions
         per_node: dict[str, int] = {}
         for pod in pods:
             node_name = (pod.get("spec") or {}).get("nodeName")
@@ -176,6 +217,7 @@ def capacity_from_nodes(
             per_node[node_name] = per_node.get(node_name, 0) + pod_request(pod, cfg.resource)
         # A node cannot lose more GPUs than it has (over-requests are the scheduler's bug).
         foreign = sum(min(g, counted[n]) for n, g in per_node.items())
+        deleting = research_deleting(pods, cfg.poolLabel, pool_name)
 
     parts = [f"{len(counted)} node(s), {total} {cfg.resource}"]
     parts += [f"{why}: {', '.join(sorted(names))}" for why, names in sorted(excluded.items())]
@@ -188,6 +230,7 @@ def capacity_from_nodes(
         observed_at=observed_at,
         nodes=len(counted),
         detail="; ".join(parts),
+        research_deleting=deleting,
     )
 
 

@@ -96,6 +96,8 @@ class PolicyResult:
     # Measured seconds during which each signal (or "stabilization", "min", ...) set the
     # policy's target: which knob the SRE would have to turn. Empty for the baselines.
     decided_by: dict[str, float] = field(default_factory=dict)
+    # The research give-back the policy planned at the end (ours: core.giveback's note).
+    give_back: str = ""
 
 
 def simulate_policy(
@@ -148,7 +150,12 @@ def simulate_policy(
             busy[r.row] = min(1.0, max(0.0, (b - busy_prev[r.row]) / tm.scrape_interval_s))
             busy_prev[r.row] = b
         starting = pods.count(RepState.PENDING) + pods.count(RepState.LOADING)
-        return PoolView(now, samples, busy, starting, spec_replicas, len(ready) + starting)
+        deleting = {
+            str(id(p)): p.deleted_at for p in pods.cluster.terminating if p.kind == "research"
+        }
+        return PoolView(
+            now, samples, busy, starting, spec_replicas, len(ready) + starting, deleting
+        )
 
     for r in pods.start_ready(initial_replicas, t_start):  # warm start: already serving
         pool.start(r.row, t_start)
@@ -249,4 +256,5 @@ def simulate_policy(
         series,
         arr,
         decided_by=decided_by,
+        give_back=policy.give_back_note(),
     )

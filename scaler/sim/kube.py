@@ -51,6 +51,7 @@ class Pod:
     nominated: int = -1  # node chosen by preemption, waiting for victims to go
     bound_at: float = math.nan
     free_at: float = math.inf  # TERMINATING: when the GPUs are released
+    deleted_at: float = math.nan  # TERMINATING: when the deletion (or preemption) was asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +103,7 @@ class Cluster:
         elif pod.phase is PodPhase.BOUND:
             pod.phase = PodPhase.TERMINATING
             pod.free_at = now + grace_s
+            pod.deleted_at = now
             self.terminating.append(pod)
             if grace_s <= 0:
                 self.release_due(now)

@@ -49,6 +49,9 @@ class PoolView:
     starting: int  # inference pods pending or loading the model
     spec_replicas: int  # Deployment spec.replicas
     current: int  # replicas that exist (ready + starting)
+    # Research pods being deleted (pod id -> time the deletion was asked), as the scaler's
+    # pod watch sees them (deletionTimestamp − grace): its measured give-back.
+    research_deleting: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,6 +80,10 @@ class Policy:
     def direct_replicas(self, view: PoolView) -> int | None:
         """Policies that set spec.replicas themselves (no HPA)."""
         return None
+
+    def give_back_note(self) -> str:
+        """The research give-back this policy plans now ("" if it plans none)."""
+        return ""
 
     def lend(self, view: PoolView, desired: int) -> None:
         """Research slots from the shared accounting, with `desired` as the inference target."""
@@ -127,9 +134,9 @@ class Ours(Policy):
         }
         targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
         wall = self.calendar_offset + view.now
-        inp = CycleInput(
-            self.cfg, targets, Capacity(self.capacity_gpus), view.now, wall, calendar=wall
-        )
+        deleting = {k: self.calendar_offset + t for k, t in view.research_deleting.items()}
+        capacity = Capacity(self.capacity_gpus, research_deleting=deleting)
+        inp = CycleInput(self.cfg, targets, capacity, view.now, wall, calendar=wall)
         self.decision, self.cycle = step(inp, self.cycle)
         sd = self.decision.services[svc.name]
         self.desired = sd.desired
@@ -140,6 +147,10 @@ class Ours(Policy):
         assert self.decision.pool is not None
         self.reserve_now = self.decision.pool.reserve_gpus
         self.slots = {k: v.slots for k, v in self.decision.research.items()}
+
+    def give_back_note(self) -> str:
+        gb = None if self.decision is None else self.decision.give_back
+        return "" if gb is None else gb.note
 
     def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
         if self.desired is None:

@@ -111,6 +111,8 @@ def policy_metrics(
         # Research pods whose queue worker found no free slot and took nothing
         # (`--worker-slot-check`; always 0 without it).
         "declined_starts": int(r.ledger.declined),
+        # ours: the research give-back planned at the end (core.giveback), "" for others
+        "give_back_planned": r.give_back,
         "replica_changes": int(r.replica_changes),
         "target_set_by": decided_shares(r),
     }
@@ -213,6 +215,14 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
                 + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
                 + ".",
             ]
+    planned = {n: m["give_back_planned"] for n, m in data["policies"].items()}
+    if any(planned.values()):
+        lines += [
+            "",
+            "Research give-back planned at the end: "
+            + "; ".join(f"{n} {v}" for n, v in planned.items() if v)
+            + ".",
+        ]
     declined = {n: m["declined_starts"] for n, m in data["policies"].items()}
     if any(declined.values()):
         lines += [
