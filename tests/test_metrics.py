@@ -7,6 +7,7 @@ from dataclasses import replace
 from prometheus_client import CollectorRegistry, generate_latest
 
 from scaler.core.decision import SignalVerdict
+from scaler.core.giveback import Planned
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
 from tests.support.decisions import decision, svc
@@ -35,6 +36,17 @@ def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
     assert f["gpu_pool_scaler_pool_gpus"][("research",)] == 5
     assert f["gpu_pool_scaler_capacity_known"] == {(): 1}
     assert f["gpu_pool_scaler_last_cycle_timestamp_seconds"] == {(): 1001.0}
+    assert "gpu_pool_scaler_research_give_back_seconds" not in f  # the snapshot plans none
+
+    # A cycle that planned the give-back it measured (core.giveback), then the grace alone.
+    planned = Planned(64.0, 64.0, "measured 64 s (longest of the last 20)")
+    snapshots.publish(replace(decision(2, chat, eval_slots=5), give_back=planned))
+    give_back = families(m)["gpu_pool_scaler_research_give_back_seconds"]
+    assert give_back == {("planned",): 64.0, ("measured",): 64.0}
+    grace = Planned(600.0, None, "configured 600 s (2 of 5 research deletions measured)")
+    snapshots.publish(replace(decision(3, chat, eval_slots=5), give_back=grace))
+    give_back = families(m)["gpu_pool_scaler_research_give_back_seconds"]
+    assert give_back == {("planned",): 600.0}  # nothing measured: no made-up value
 
     # Next cycle: chat has no fresh data (desired None) and `code` was removed by a reload.
     d = decision(2, svc("chat", None, fresh=False))

@@ -154,8 +154,18 @@ class DecisionCollector(Collector):
             for part, value in parts.items():
                 pool_gpus.add_metric([part], value)
             known.add_metric([], 0 if d.pool.capacity is None else 1)
+        give_back = fam(
+            "research_give_back_seconds",
+            "Research give-back: planned (what the forecast and reserve look ahead by) and "
+            "measured (longest recent research pod deletion, asked -> gone).",
+            ("kind",),
+        )
+        if d.give_back is not None:
+            give_back.add_metric(["planned"], d.give_back.seconds)
+            if d.give_back.measured is not None:
+                give_back.add_metric(["measured"], d.give_back.measured)
         last = fam("last_cycle_timestamp_seconds", "Unix time of the last cycle.")
         if d.seq > 0:
             last.add_metric([], d.wall_time)
         yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas)
-        yield from (slots, pool_gpus, known, last)
+        yield from (slots, pool_gpus, known, give_back, last)
