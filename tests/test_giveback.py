@@ -175,6 +175,8 @@ PODS = {
         {},
     ),
     "already-failed": ([deleting_pod("f", "2026-12-04T12:10:00Z", phase="Failed")], {}),
+    # deleted while still starting: it leaves at once, no measure of a running job's exit
+    "still-starting": ([deleting_pod("s", "2026-12-04T12:10:00Z", phase="Pending")], {}),
     "no-grace": ([deleting_pod("g", "2026-12-04T12:10:00Z", grace=None)], {}),
     "bad-timestamp": ([deleting_pod("b", "soon")], {}),
     "no-timezone": ([deleting_pod("z", "2026-12-04T12:10:00")], {}),

@@ -154,14 +154,16 @@ def research_deleting(pods: Iterable[Obj], pool_label: str, pool_name: str) -> d
     """This pool's research pods whose deletion was requested and that still hold their GPUs:
     pod uid -> wall time of the request. The API server sets deletionTimestamp to the request
     time plus the pod's grace period (deletionGracePeriodSeconds), so the request is their
-    difference. A pod with unreadable timestamps is left out (it cannot be measured)."""
+    difference. Only Running pods count: a pod deleted while still starting (phase Pending:
+    pulling its image) leaves at once and says nothing about how long a running job takes
+    to checkpoint and go. A pod with unreadable timestamps is left out (it cannot be measured)."""
     out: dict[str, float] = {}
     for pod in pods:
         meta = obj_meta(pod)
         labels = meta.get("labels") or {}
         if labels.get(pool_label) != pool_name or RESEARCH_CLASS_LABEL not in labels:
             continue
-        if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
+        if (pod.get("status") or {}).get("phase") != "Running":
             continue
         at = _rfc3339(meta.get("deletionTimestamp"))
         grace = meta.get("deletionGracePeriodSeconds")
