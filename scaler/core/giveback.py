@@ -57,7 +57,7 @@ def observe(
     if deleting is None:
         return prev
     done = tuple(max(0.0, wall - t) for uid, t in prev.pending.items() if uid not in deleting)
-    samples = (prev.samples + done)[-keep:] if done else prev.samples[-keep:]
+    samples = (prev.samples + done)[-keep:]
     # The earliest request seen counts: a later delete with a shorter grace moves
     # deletionTimestamp so that the difference stays the first request, except when that is
     # already past (the kubelet's final grace-0 delete): then it reads "now".
@@ -65,10 +65,10 @@ def observe(
     return GiveBack(MappingProxyType(pending), samples)
 
 
-def planned(gb: GiveBack | None, pool: PoolConfig) -> Planned:
+def planned(gb: GiveBack, pool: PoolConfig) -> Planned:
     grace = pool.forecast.researchGraceSeconds
     cfg = pool.giveBack
-    samples = () if gb is None else gb.samples[-cfg.samples :]
+    samples = gb.samples[-cfg.samples :]  # (a reload may have lowered `samples`)
     if not cfg.learn:
         return Planned(grace, None, f"configured {grace:g} s (giveBack.learn off)")
     if len(samples) < cfg.minSamples:

@@ -160,8 +160,9 @@ def research_deleting(pods: Iterable[Obj], pool_label: str, pool_name: str) -> d
     out: dict[str, float] = {}
     for pod in pods:
         meta = obj_meta(pod)
-        labels = meta.get("labels") or {}
-        if labels.get(pool_label) != pool_name or RESEARCH_CLASS_LABEL not in labels:
+        if is_foreign(pod, pool_label, pool_name) or RESEARCH_CLASS_LABEL not in (
+            meta.get("labels") or {}
+        ):
             continue
         if (pod.get("status") or {}).get("phase") != "Running":
             continue
