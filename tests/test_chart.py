@@ -1347,14 +1347,29 @@ def test_prometheus_rule_without_research_and_with_extra_rules(helm: Helm, tmp_p
 # ---------------------------------------------------------------- give-back time ----
 
 
-@pytest.mark.parametrize(("grace", "lead"), [(900, 900), (120, 300)])
-def test_lead_time_derived_from_research_grace_when_unset(
-    helm: Helm, tmp_path: Path, grace: int, lead: int
+@pytest.mark.parametrize(
+    ("grace", "cold", "lead"),
+    [
+        pytest.param(900, None, 1080, id="grace-plus-default-cold-start-180"),
+        pytest.param(600, 120, 720, id="grace-plus-service-cold-start"),
+        pytest.param(600, 90.5, 690.5, id="fractional-cold-start"),
+        pytest.param(100, 0, 300, id="at-least-300"),
+    ],
+)
+def test_lead_time_derived_from_research_grace_and_cold_start_when_unset(
+    helm: Helm, tmp_path: Path, grace: int, cold: float | None, lead: float
 ) -> None:
+    # A replica that must wait for research arrives grace + cold start late: the reserve
+    # covers growth over that span (the forecast's lead), not the grace alone.
+    minimal = CHART / "ci" / "minimal-values.yaml"
+    (svc,) = yaml.safe_load(minimal.read_text())["inference"]
+    if cold is not None:
+        svc["coldStartSeconds"] = cold
     f = tmp_path / "v.yaml"
     f.write_text(
         yaml.safe_dump(
             {
+                "inference": [svc, {**svc, "name": "quick", "coldStartSeconds": 10}],
                 "pool": {"adaptiveReserve": {"enabled": True}, "forecast": {"enabled": True}},
                 "research": [
                     {
@@ -1366,7 +1381,6 @@ def test_lead_time_derived_from_research_grace_when_unset(
             }
         )
     )
-    minimal = CHART / "ci" / "minimal-values.yaml"
     cfg = loaded_config(helm.render(minimal, f), tmp_path)
     assert cfg.pool.adaptiveReserve.leadTimeSeconds == lead
     # The forecast's wait for a research pod's grace period is the real one.
