@@ -28,7 +28,7 @@ from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import Config, InferenceService, ScrapeConfig
 from scaler.core import accounting
 from scaler.core.accounting import Capacity
-from scaler.ingest.capacity import NodeCapacityWatcher
+from scaler.ingest.capacity import NodeCapacityWatcher, research_watch_namespaces
 from scaler.ingest.discovery import Discovery, StaticDiscovery
 from scaler.ingest.hpa import KEDA_HPA_SELECTOR, HpaChecker, ignored_by_tolerance
 from scaler.ingest.kube import make_api_client
@@ -180,12 +180,13 @@ class Scaler:
                 self._node_capacity = self._node_capacity_key = None
             return Capacity(total_gpus=cap.gpus, source="static")
         assert cap.nodes is not None
-        key = (cap.nodes, cfg.pool.name)
+        research = research_watch_namespaces(cfg.pool)
+        key = (cap.nodes, cfg.pool.name, research)
         if self._node_capacity is None or key != self._node_capacity_key:
             if self._node_capacity is not None:  # selector changed by a reload
                 self._node_capacity.stop()
             self._node_capacity = NodeCapacityWatcher(
-                self._kube(), cap.nodes, pool_name=cfg.pool.name
+                self._kube(), cap.nodes, pool_name=cfg.pool.name, research_namespaces=research
             )
             self._node_capacity_key = key
             self._node_capacity.start()

@@ -197,15 +197,39 @@ class GiveBack(_Model):
 
     A research pod's give-back is the time from its deletion being requested (preemption,
     Job deletion) to the pod leaving the pool, read from the pods the capacity watcher
-    sees (`capacity.nodes.subtractForeignPods`). Planned give-back = the longest of the last
-    `samples`, never more than `pool.forecast.researchGraceSeconds` (the kubelet kills at
-    the grace period); that value until `minSamples` are seen. It shortens the forecast's
-    lead and the adaptive reserve's `leadTimeSeconds` by what research returns sooner.
+    sees: every pod with `capacity.nodes.subtractForeignPods`, else the research pods of
+    `namespaces`. Planned give-back = the longest of the last `samples`, never more than
+    `pool.forecast.researchGraceSeconds` (the kubelet kills at the grace period); that value
+    until `minSamples` are seen. It shortens the forecast's lead and the adaptive reserve's
+    `leadTimeSeconds` by what research returns sooner.
     """
 
     learn: bool = True
     samples: Annotated[int, Field(ge=1, le=1000)] = 20  # last deletions that count
     minSamples: Annotated[int, Field(ge=1, le=1000)] = 5  # before: the configured grace
+    # Namespaces the pool's research pods run in (the research Jobs'; the chart fills it in).
+    # With capacity from nodes and subtractForeignPods off, the scaler watches only the
+    # Running pods labelled gpu-pool-scaler.io/research-class of this pool there (least
+    # privilege: a Role per namespace, no cluster-wide pod read). Empty: measured only when
+    # subtractForeignPods already watches every pod, else never (the plan stays the grace).
+    # Ignored with static capacity, with subtractForeignPods, and with learn off. A failing
+    # watch here never makes capacity unknown: it only pauses the measuring.
+    namespaces: list[str] = []
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for ns in v:
+            if len(ns) > 63 or not _DNS_RE.match(ns):
+                raise ValueError(
+                    f"{ns!r} is not a Kubernetes namespace name (lowercase letters, digits "
+                    "and '-', starting and ending with a letter or digit, at most 63 "
+                    "characters), e.g. research"
+                )
+        dupes = sorted({ns for ns in v if v.count(ns) > 1})
+        if dupes:
+            raise ValueError(f"namespace(s) listed twice: {', '.join(dupes)}")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> GiveBack:

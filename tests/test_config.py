@@ -243,3 +243,51 @@ def test_slo_forecast_and_state_defaults() -> None:
         1.0,
         600.0,
     )
+
+
+# --- pool.giveBack.namespaces (the research pods watched for the measured give-back) --------
+
+GIVE_BACK_NAMESPACES_OK = {
+    "none": ([], []),
+    "one": (["research"], ["research"]),
+    "several-kept-in-order": (["team-b", "team-a", "ml1"], ["team-b", "team-a", "ml1"]),
+    "63-characters": (["a" * 63], ["a" * 63]),
+}
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "expected"), GIVE_BACK_NAMESPACES_OK.values(), ids=GIVE_BACK_NAMESPACES_OK
+)
+def test_give_back_namespaces_accepted(namespaces: list[str], expected: list[str]) -> None:
+    data = base()
+    _set(data, "pool.giveBack", {"namespaces": namespaces})
+    assert parse_config(data).pool.giveBack.namespaces == expected
+
+
+def test_give_back_namespaces_default_empty() -> None:
+    assert parse_config(base()).pool.giveBack.namespaces == []
+
+
+GIVE_BACK_NAMESPACES_BAD = {
+    "uppercase": (["Research"], "'Research' is not a Kubernetes namespace name"),
+    "underscore": (["ml_jobs"], "'ml_jobs' is not a Kubernetes namespace name"),
+    "leading-dash": (["-ml"], "'-ml' is not a Kubernetes namespace name"),
+    "dotted": (["ml.jobs"], "'ml.jobs' is not a Kubernetes namespace name"),
+    "empty": ([""], "'' is not a Kubernetes namespace name"),
+    "64-characters": (["a" * 64], "is not a Kubernetes namespace name"),
+    "duplicate": (["ml", "research", "ml"], "namespace(s) listed twice: ml"),
+    "a-string-not-a-list": ("research", "pool.giveBack.namespaces"),
+}
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "needle"), GIVE_BACK_NAMESPACES_BAD.values(), ids=GIVE_BACK_NAMESPACES_BAD
+)
+def test_give_back_namespaces_refused_with_the_key(namespaces: object, needle: str) -> None:
+    data = base()
+    _set(data, "pool.giveBack", {"namespaces": namespaces})
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "pool.yaml")
+    msg = str(exc.value)
+    assert msg.startswith("pool.yaml: pool.giveBack.namespaces")
+    assert needle in msg

@@ -9,6 +9,7 @@ import json
 from types import MappingProxyType
 from typing import Any
 
+import kubernetes
 import pytest
 
 from scaler.config import Config, parse_config
@@ -19,7 +20,12 @@ from scaler.core.giveback import GiveBack, observe, planned
 from scaler.core.load import EngineSample, TargetPhase, TargetState
 from scaler.core.reserve import ReserveTracker, lead
 from scaler.explain import render
-from scaler.ingest.capacity import capacity_from_nodes, research_deleting
+from scaler.ingest.capacity import (
+    NodeCapacityWatcher,
+    capacity_from_nodes,
+    research_deleting,
+    research_watch_namespaces,
+)
 from scaler.sim.kube import Cluster, Pod, PodPhase
 from scaler.sim.policies import Ours, PoolView
 from tests.support.kubeapi import FakeKubeAPI, make_node, make_pod
@@ -292,3 +298,241 @@ def test_bench_policy_measures_the_give_back_of_the_pods_it_is_shown() -> None:
         ours.control(PoolView(now, {0: s, 1: s}, {}, 0, 2, 2, deleting))
     assert ours.decision is not None and ours.decision.give_back is not None
     assert ours.decision.give_back.seconds == 62.0  # deleted at 3 s, seen gone at 65 s
+
+
+# --- research pods watched per namespace (no subtractForeignPods: least privilege) --------
+
+
+def pool_cfg(capacity: dict[str, Any], **give_back: Any) -> Any:
+    return config(capacity=capacity, giveBack=give_back).pool
+
+
+WATCH_NAMESPACES = {
+    "nodes-with-namespaces": (
+        {"nodes": {}},
+        {"namespaces": ["research", "batch"]},
+        ("batch", "research"),
+    ),
+    "nodes-without-namespaces": ({"nodes": {}}, {}, ()),
+    # every pod is watched already: research_deleting comes from that watch
+    "subtract-foreign-pods": (
+        {"nodes": {"subtractForeignPods": True}},
+        {"namespaces": ["research"]},
+        (),
+    ),
+    "learn-off": ({"nodes": {}}, {"learn": False, "namespaces": ["research"]}, ()),
+    "static-capacity": ({"gpus": 64}, {"namespaces": ["research"]}, ()),
+}
+
+
+@pytest.mark.parametrize(
+    ("capacity", "give_back", "expected"), WATCH_NAMESPACES.values(), ids=WATCH_NAMESPACES
+)
+def test_which_namespaces_are_watched(
+    capacity: dict[str, Any], give_back: dict[str, Any], expected: tuple[str, ...]
+) -> None:
+    assert research_watch_namespaces(pool_cfg(capacity, **give_back)) == expected
+
+
+RESEARCH_PODS = {
+    "deleting": ([deleting_pod("r", "2026-12-04T12:10:00Z")], {"uid-r": 1_796_385_600.0}),
+    "none-deleting": ([deleting_pod("r", None)], {}),
+    "no-pods": ([], {}),
+    "unknown": (None, None),
+}
+
+
+@pytest.mark.parametrize(("research", "expected"), RESEARCH_PODS.values(), ids=RESEARCH_PODS)
+def test_capacity_takes_research_pods_without_subtracting_them(
+    research: list[dict[str, Any]] | None, expected: dict[str, float] | None
+) -> None:
+    nodes = [make_node("gpu-1")]
+    cap = capacity_from_nodes(nodes, None, ncfg(), pool_name=POOL, research_pods=research)
+    assert cap.research_deleting == expected
+    # research pods hold the pool's own GPUs: never foreign, the counts are the nodes'
+    assert (cap.total_gpus, cap.foreign_gpus) == (8, 0)
+
+
+def test_with_subtract_foreign_pods_the_all_pods_watch_decides() -> None:
+    nodes = [make_node("gpu-1")]
+    cap = capacity_from_nodes(
+        nodes,
+        [],
+        ncfg(subtractForeignPods=True),
+        pool_name=POOL,
+        research_pods=[deleting_pod("r", "2026-12-04T12:10:00Z")],
+    )
+    assert cap.research_deleting == {}
+
+
+def start_research_watcher(
+    api: FakeKubeAPI, clock: FakeClock, namespaces: tuple[str, ...], **cfg: Any
+) -> NodeCapacityWatcher:
+    w = NodeCapacityWatcher(
+        api.client(),
+        ncfg(**cfg),
+        pool_name=POOL,
+        research_namespaces=namespaces,
+        clock=clock,
+        watch_timeout_seconds=30,
+        request_timeout_seconds=5,
+        retry_seconds=0.05,
+        max_retry_seconds=0.2,
+    )
+    w.start()
+    return w
+
+
+def research_pod(name: str, namespace: str, at: str | None = None, **kw: Any) -> dict[str, Any]:
+    pod = deleting_pod(name, at, **kw)
+    pod["metadata"]["namespace"] = namespace
+    return pod
+
+
+def deleting_of(w: NodeCapacityWatcher) -> Any:
+    c = w.current()
+    return "capacity unknown" if c is None else c.research_deleting
+
+
+def test_research_pods_watched_per_namespace_server_side_filtered(api: FakeKubeAPI) -> None:
+    api.put("nodes", make_node("gpu-1"))
+    api.put("pods", research_pod("r", "research"))
+    api.put("pods", research_pod("b", "batch"))
+    api.put("pods", research_pod("x", "elsewhere", "2026-12-04T12:10:00Z"))  # not watched
+    w = start_research_watcher(api, FakeClock(), ("research", "batch"))
+    try:
+        api.wait_for(lambda: deleting_of(w) == {}, what="research pods listed")
+        lists = sorted(
+            (r.path, r.query.get("labelSelector"), r.query.get("fieldSelector"))
+            for r in api.requests
+            if r.resource == "pods" and not r.watch
+        )
+        selector = f"gpu-pool-scaler.io/research-class,gpu-pool-scaler.io/pool={POOL}"
+        assert lists == [
+            ("/api/v1/namespaces/batch/pods", selector, "status.phase=Running"),
+            ("/api/v1/namespaces/research/pods", selector, "status.phase=Running"),
+        ]
+        assert [s.resource for s in w.status()] == [
+            "nodes",
+            "research-pods/batch",
+            "research-pods/research",
+        ]
+
+        api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))  # preempted
+        api.put("pods", research_pod("b", "batch", "2026-12-04T12:20:00Z"))
+        want = {"uid-r": 1_796_385_600.0, "uid-b": 1_796_386_200.0}
+        api.wait_for(lambda: deleting_of(w) == want, what="both deletions seen")
+        # The kubelet killed it: phase Failed leaves the field selector (arrives as DELETED),
+        # the moment research_deleting stops counting it (phase Running only) either way.
+        api.put("pods", research_pod("b", "batch", "2026-12-04T12:20:00Z", phase="Failed"))
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="b left")
+        api.delete("pods", "r", namespace="research")
+        api.wait_for(lambda: deleting_of(w) == {}, what="r gone")
+        cap = w.current()
+        assert cap is not None and (cap.total_gpus, cap.foreign_gpus) == (8, 0)
+    finally:
+        w.stop()
+    api.wait_for(lambda: api.open_watches() == 0, what="all watches closed after stop()")
+
+
+def test_no_research_watch_with_subtract_foreign_pods(api: FakeKubeAPI) -> None:
+    api.put("nodes", make_node("gpu-1"))
+    api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
+    w = start_research_watcher(api, FakeClock(), ("research",), subtractForeignPods=True)
+    try:
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="from all pods")
+        assert {r.path for r in api.requests if r.resource == "pods"} == {"/api/v1/pods"}
+    finally:
+        w.stop()
+
+
+def test_a_forbidden_research_watch_leaves_capacity_known(api: FakeKubeAPI) -> None:
+    """RBAC missing (403) from the start: capacity is the nodes' as always, the give-back
+    is simply not observed (None), and it starts as soon as the pods can be listed."""
+    api.put("nodes", make_node("gpu-1"))
+    api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
+    api.fail(403, resources=("pods",))
+    w = start_research_watcher(api, FakeClock(), ("research",))
+    try:
+        api.wait_for(lambda: (c := w.current()) is not None and c.total_gpus == 8, what="nodes")
+        api.wait_for(lambda: "403" in (w.status()[1].last_error or ""), what="pods refused")
+        cap = w.current()
+        assert cap is not None and cap.research_deleting is None
+        assert (cap.total_gpus, cap.foreign_gpus) == (8, 0)
+        api.heal()
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="listed")
+    finally:
+        w.stop()
+
+
+def test_a_stale_research_watch_only_pauses_the_measuring(api: FakeKubeAPI) -> None:
+    clock = FakeClock()
+    api.put("nodes", make_node("gpu-1"))
+    api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
+    api.put("pods", research_pod("b", "batch"))
+    w = start_research_watcher(api, clock, ("batch", "research"), staleAfterSeconds=60)
+    try:
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="deletion seen")
+        api.fail(503, resources=("pods",))
+        api.close_watches()
+        api.wait_for(lambda: all(s.failing_since == 1000.0 for s in w.status()[1:]), what="failing")
+        clock.advance(59)  # within the bound: the last known pods (r has not left)
+        assert deleting_of(w) == {"uid-r": 1_796_385_600.0}
+        clock.advance(2)  # failing > 60 s: give-back unknown, capacity still known
+        cap = w.current()
+        assert cap is not None and cap.research_deleting is None and cap.total_gpus == 8
+        api.heal()
+        api.delete("pods", "r", namespace="research")
+        api.wait_for(lambda: deleting_of(w) == {}, what="re-listed: r gone")
+    finally:
+        w.stop()
+
+
+def test_one_namespace_refused_makes_the_whole_view_unknown(
+    api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod missing only because its namespace cannot be listed must not read as "left":
+    with one namespace refused, research_deleting is None, not the other namespaces' pods."""
+    real = kubernetes.client.CoreV1Api.list_namespaced_pod
+    refused = {"ghost"}
+
+    def list_namespaced_pod(self: Any, namespace: str, **kw: Any) -> Any:
+        if namespace in refused:
+            raise kubernetes.client.ApiException(status=403, reason="Forbidden")
+        return real(self, namespace, **kw)
+
+    monkeypatch.setattr(kubernetes.client.CoreV1Api, "list_namespaced_pod", list_namespaced_pod)
+    api.put("nodes", make_node("gpu-1"))
+    api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
+    w = start_research_watcher(api, FakeClock(), ("ghost", "research"))
+    try:
+        api.wait_for(lambda: w.status()[2].synced, what="research listed")
+        api.wait_for(lambda: "403" in (w.status()[1].last_error or ""), what="ghost refused")
+        cap = w.current()
+        assert cap is not None and cap.total_gpus == 8 and cap.research_deleting is None
+        refused.clear()  # the Role is created
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="both listed")
+    finally:
+        w.stop()
+
+
+def test_the_cycle_learns_from_the_research_watch(api: FakeKubeAPI) -> None:
+    """End to end in process: pods deleted and gone in a watched namespace become samples."""
+    api.put("nodes", make_node("gpu-1"))
+    w = start_research_watcher(api, FakeClock(), ("research",))
+    cfg = config(giveBack={"minSamples": 1, "namespaces": ["research"]})
+    st = CycleState()
+    try:
+        api.put("pods", research_pod("r", "research"))
+        api.wait_for(lambda: deleting_of(w) == {}, what="listed")
+        api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
+        api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="deleting")
+        wall = 1_796_385_600.0 + 30
+        _, st = step(CycleInput(cfg, {"chat": targets(0.0)}, w.current(), 0.0, wall), st)
+        api.delete("pods", "r", namespace="research")
+        api.wait_for(lambda: deleting_of(w) == {}, what="gone")
+        d, st = step(CycleInput(cfg, {"chat": targets(15.0)}, w.current(), 15.0, wall + 15), st)
+    finally:
+        w.stop()
+    assert st.give_back.samples == (45.0,)
+    assert d.give_back is not None and d.give_back.seconds == 45.0

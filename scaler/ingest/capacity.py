@@ -5,7 +5,9 @@ Pure part: `capacity_from_nodes(nodes, pods, cfg, pool_name=...)` turns Kubernet
 `NodeCapacityWatcher` keeps nodes (and, with subtractForeignPods, pods) current with the
 official client's list + watch, re-listing when a watch expires (410 Gone), and reports
 `None` (unknown: research fails closed) before its first complete list and when its watches
-have been failing for longer than `staleAfterSeconds`.
+have been failing for longer than `staleAfterSeconds`. Without subtractForeignPods it may
+also watch the research pods of a few namespaces (`pool.giveBack.namespaces`) for the
+measured give-back only: that watch failing never makes capacity unknown.
 
 Which nodes count (documented in docs/research-headroom.md):
 * the node matches `labelSelector` (also filtered here, not only server-side);
@@ -24,18 +26,20 @@ terminated (phase not Succeeded/Failed), and not labelled `<poolLabel>=<pool nam
 Requests are the effective pod request (containers, init containers, sidecars), rounded
 up; a pod that sets only a limit requests its limit (extended resources).
 
-Research deletions (with the pods watched): the pool's research pods (labelled
+Research deletions (with the pods watched: all of them with subtractForeignPods, else the
+research pods of `pool.giveBack.namespaces`): the pool's research pods (labelled
 `gpu-pool-scaler.io/research-class`, as the chart does) whose deletion was requested and
 that have not left yet, for the measured give-back (scaler/core/giveback.py).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
@@ -43,7 +47,7 @@ from typing import Any, Protocol
 from kubernetes import client as k8s_client
 from kubernetes.utils.quantity import parse_quantity
 
-from scaler.config import CapacityConfig, NodeCapacity
+from scaler.config import CapacityConfig, NodeCapacity, PoolConfig
 from scaler.core.accounting import Capacity
 from scaler.ingest.kube_watch import Obj, Reflector, ReflectorStatus
 from scaler.ingest.kube_watch import meta as obj_meta
@@ -63,6 +67,27 @@ UNUSABLE_TAINT_KEYS = frozenset(
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 # The chart labels every research Job's pod with its class (templates/scaledjobs.yaml).
 RESEARCH_CLASS_LABEL = "gpu-pool-scaler.io/research-class"
+# The research-pod watch (without subtractForeignPods) asks the server for Running pods
+# only: research_deleting counts nothing else, and a pod that leaves Running (Succeeded,
+# Failed when the kubelet has killed it) then arrives as DELETED, which is the moment
+# research_deleting stops counting it too. The same map either way.
+RESEARCH_FIELD_SELECTOR = "status.phase=Running"
+
+
+def research_label_selector(pool_label: str, pool_name: str) -> str:
+    """Server-side filter of the research-pod watch: what research_deleting keeps anyway
+    (the research-class label, and `<poolLabel>=<pool name>`: not foreign)."""
+    return f"{RESEARCH_CLASS_LABEL},{pool_label}={pool_name}"
+
+
+def research_watch_namespaces(pool: PoolConfig) -> tuple[str, ...]:
+    """Namespaces whose research pods the capacity watcher watches for the give-back: only
+    with capacity from nodes, learning on and subtractForeignPods off (with it, every pod is
+    watched already); sorted, unique."""
+    nodes = pool.capacity.nodes
+    if nodes is None or nodes.subtractForeignPods or not pool.giveBack.learn:
+        return ()
+    return tuple(sorted(set(pool.giveBack.namespaces)))
 
 
 # --- pure capacity from API objects ----------------------------------------------------
@@ -182,9 +207,12 @@ def capacity_from_nodes(
     *,
     pool_name: str,
     observed_at: float | None = None,
+    research_pods: Iterable[Obj] | None = None,
 ) -> Capacity:
     """Capacity of the pool from node (and pod) objects. `pods` is ignored unless
-    cfg.subtractForeignPods; then None means "pods unknown" and raises ValueError."""
+    cfg.subtractForeignPods; then None means "pods unknown" and raises ValueError.
+    `research_pods` (the research-pod watch, without subtractForeignPods) only feeds
+    `research_deleting`; None = not watched or unknown, and never touches the GPU counts."""
     selector = LabelSelector.parse(cfg.labelSelector)
     total = 0
     counted: dict[str, int] = {}
@@ -221,6 +249,8 @@ def capacity_from_nodes(
         # A node cannot lose more GPUs than it has (over-requests are the scheduler's bug).
         foreign = sum(min(g, counted[n]) for n, g in per_node.items())
         deleting = research_deleting(pods, cfg.poolLabel, pool_name)
+    elif research_pods is not None:
+        deleting = research_deleting(research_pods, cfg.poolLabel, pool_name)
 
     parts = [f"{len(counted)} node(s), {total} {cfg.resource}"]
     parts += [f"{why}: {', '.join(sorted(names))}" for why, names in sorted(excluded.items())]
@@ -272,6 +302,12 @@ class NodeCapacityWatcher:
     `current()` is None until the first complete list (of nodes, and of pods when foreign
     pods are subtracted), and again whenever a watch has been failing (errors, no successful
     re-list) for longer than cfg.staleAfterSeconds. Call `start()` once, `stop()` on exit.
+
+    `research_namespaces` (without subtractForeignPods; see research_watch_namespaces): one
+    more watch per namespace, of the pool's Running research pods, for the measured
+    give-back. Those never make `current()` None: until all of them have listed, or while
+    one has been failing longer than staleAfterSeconds, `research_deleting` is None (not
+    observed: the give-back keeps what it had) and capacity is as good as the node watch.
     """
 
     def __init__(
@@ -280,6 +316,7 @@ class NodeCapacityWatcher:
         cfg: NodeCapacity,
         *,
         pool_name: str,
+        research_namespaces: Sequence[str] = (),
         clock: Callable[[], float] = time.monotonic,
         watch_timeout_seconds: int = 55,
         request_timeout_seconds: float = 10.0,
@@ -318,6 +355,22 @@ class NodeCapacityWatcher:
                 **common,
             )
             self._reflectors.append(self._pods)
+        # Capacity depends on these; the research watches below only on themselves.
+        self._capacity_reflectors = list(self._reflectors)
+        self._research: list[Reflector] = []
+        if not cfg.subtractForeignPods:
+            selector = research_label_selector(cfg.poolLabel, pool_name)
+            for ns in sorted(set(research_namespaces)):
+                self._research.append(
+                    Reflector(
+                        f"research-pods/{ns}",
+                        functools.partial(api.list_namespaced_pod, ns),
+                        label_selector=selector,
+                        field_selector=RESEARCH_FIELD_SELECTOR,
+                        **common,
+                    )
+                )
+            self._reflectors += self._research
 
     def start(self) -> None:
         if self._threads:
@@ -348,26 +401,34 @@ class NodeCapacityWatcher:
     def status(self) -> list[ReflectorStatus]:
         return [r.status() for r in self._reflectors]
 
+    def _usable(self, r: Reflector, now: float) -> bool:
+        """Listed at least once and not failing for longer than staleAfterSeconds."""
+        return r.synced and (
+            r.failing_since is None or now - r.failing_since <= self._cfg.staleAfterSeconds
+        )
+
     def current(self) -> Capacity | None:
         now = self._clock()
         with self._lock:
-            for r in self._reflectors:
-                if not r.synced:
-                    return None
-                if (
-                    r.failing_since is not None
-                    and now - r.failing_since > self._cfg.staleAfterSeconds
-                ):
-                    return None
+            if not all(self._usable(r, now) for r in self._capacity_reflectors):
+                return None
             nodes = list(self._nodes.objects.values())
             pods = list(self._pods.objects.values()) if self._pods is not None else None
-            confirmed = [r.confirmed_at for r in self._reflectors if r.confirmed_at is not None]
+            confirmed = [
+                r.confirmed_at for r in self._capacity_reflectors if r.confirmed_at is not None
+            ]
+            # All research namespaces or none: a pod missing only because its namespace's
+            # watch is down must not read as "left" (a give-back measured too short).
+            research: list[Obj] | None = None
+            if self._research and all(self._usable(r, now) for r in self._research):
+                research = [o for r in self._research for o in r.objects.values()]
         return capacity_from_nodes(
             nodes,
             pods,
             self._cfg,
             pool_name=self._pool_name,
             observed_at=min(confirmed) if confirmed else None,
+            research_pods=research,
         )
 
 
@@ -377,11 +438,16 @@ def capacity_source(
     pool_name: str,
     api_client_factory: Callable[[], k8s_client.ApiClient],
     clock: Callable[[], float] = time.monotonic,
+    research_namespaces: Sequence[str] = (),
 ) -> StaticCapacity | NodeCapacityWatcher:
     """The source the config asks for. The API client is built only for `nodes`."""
     if cfg.nodes is not None:
         return NodeCapacityWatcher(
-            api_client_factory(), cfg.nodes, pool_name=pool_name, clock=clock
+            api_client_factory(),
+            cfg.nodes,
+            pool_name=pool_name,
+            research_namespaces=research_namespaces,
+            clock=clock,
         )
     assert cfg.gpus is not None  # config validation: exactly one of gpus / nodes
     return StaticCapacity(cfg.gpus)
