@@ -467,6 +467,8 @@ class RbacCase:
     role_namespaces: frozenset[str]  # target discovery
     hpa_namespaces: frozenset[str]  # server.hpaCheck: every inference namespace
     token: bool
+    # pool.giveBack: research pods read per namespace (node capacity, no subtractForeignPods)
+    research_pod_namespaces: frozenset[str] = frozenset()
 
 
 SERVING = frozenset({"serving"})
@@ -480,7 +482,14 @@ RBAC_CASES = [
         frozenset({"serving", "embeddings"}),
         token=True,
     ),
-    RbacCase("monitoring", frozenset({"nodes"}), SERVING, SERVING, token=True),
+    RbacCase(
+        "monitoring",
+        frozenset({"nodes"}),
+        SERVING,
+        SERVING,
+        token=True,
+        research_pod_namespaces=frozenset({NAMESPACE}),
+    ),
     RbacCase("tls", None, SERVING, SERVING, token=True),
     RbacCase("queue", None, SERVING, SERVING, token=True),
 ]
@@ -528,8 +537,18 @@ def test_rbac_is_read_only_and_only_what_is_used(
         hpa = {
             r["metadata"]["namespace"] for r in found if r["metadata"]["name"].endswith("-hpa-read")
         }
-        assert (discovery, hpa) == (case.role_namespaces, case.hpa_namespaces), kind
-        assert len(found) == len(discovery) + len(hpa) + 1  # + the state Role(Binding)
+        research = {
+            r["metadata"]["namespace"]
+            for r in found
+            if r["metadata"]["name"].endswith("-research-pods")
+        }
+        assert (discovery, hpa, research) == (
+            case.role_namespaces,
+            case.hpa_namespaces,
+            case.research_pod_namespaces,
+        ), kind
+        # + the state Role(Binding)
+        assert len(found) == len(discovery) + len(hpa) + len(research) + 1
     for role in objs(docs, "Role"):
         if role["metadata"]["name"].endswith("-hpa-read"):
             assert role["rules"] == [

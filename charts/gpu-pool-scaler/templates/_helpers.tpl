@@ -268,6 +268,27 @@ authenticationRef:
 {{- if $nodes.subtractForeignPods }}true{{ end }}
 {{- end }}
 
+{{/* Namespaces whose research pods the scaler watches for the measured give-back
+     (pool.giveBack.namespaces; one read-only Role on pods each), comma-joined: only with
+     capacity from nodes, giveBack.learn not false and subtractForeignPods off (with it the
+     ClusterRole reads every pod already). The user's pool.giveBack.namespaces wins; else
+     the research classes' Job namespaces, unique and sorted. Mirrors the scaler's
+     research_watch_namespaces (scaler/ingest/capacity.py). */}}
+{{- define "gps.giveBackNamespaces" -}}
+{{- $gb := default dict .Values.pool.giveBack }}
+{{- if and (include "gps.usesNodes" .) (not (include "gps.subtractForeignPods" .)) (ne (include "gps.get" (list $gb "learn" true)) "false") }}
+{{- $out := list }}
+{{- if hasKey $gb "namespaces" }}
+{{- $out = default list $gb.namespaces }}
+{{- else }}
+{{- range .Values.research }}
+{{- $out = append $out (include "gps.jobNamespace" (list $ .)) }}
+{{- end }}
+{{- end }}
+{{- $out | uniq | sortAlpha | join "," }}
+{{- end }}
+{{- end }}
+
 {{/* Namespaces where the scaler discovers pods / EndpointSlices (one Role each). */}}
 {{- define "gps.discoveryNamespaces" -}}
 {{- $out := list }}
@@ -365,6 +386,15 @@ authenticationRef:
 {{- if and $fc.enabled (not (hasKey $fc "researchGraceSeconds")) $maxGrace }}
 {{- $_ := set $fc "researchGraceSeconds" (int (first (splitList "," $maxGrace))) }}
 {{- $_ := set $pool "forecast" $fc }}
+{{- end }}
+{{- /* giveBack.namespaces unset: the research Jobs' namespaces (the scaler watches their
+       research pods there, with the Roles of rbac.yaml). */}}
+{{- $gb := default dict $pool.giveBack }}
+{{- with include "gps.giveBackNamespaces" . }}
+{{- if not (hasKey $gb "namespaces") }}
+{{- $_ := set $gb "namespaces" (splitList "," .) }}
+{{- $_ := set $pool "giveBack" $gb }}
+{{- end }}
 {{- end }}
 {{- $cfg := dict "server" $server "pool" $pool "scrape" (default dict .Values.scrape) "inference" $inference "research" $research }}
 {{- toYaml $cfg }}
