@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
+from pathlib import Path
 
 import pytest
 
-from bench.simulate import parse_args
+from bench.simulate import main, parse_args
 from scaler.sim.report import _on_sigterm
 
 
@@ -93,3 +95,16 @@ def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
         parse_args(argv)
     assert e.value.code == 2
+
+
+def test_parallel_jobs_give_the_same_results_as_one_process(tmp_path: Path) -> None:
+    # `make bench-objective` runs policies in worker processes (`--jobs 2`): every policy,
+    # ours with its objective, forecast, reserve and give-back state, must pickle, and a
+    # worker must decide exactly as the parent would.
+    argv = ["--days", "0.01", "--slo", "2.5", "--adaptive-reserve", "16"]
+    argv += ["--policies", "ours,static-peak"]
+    for jobs in ("1", "2"):
+        assert main([*argv, "--jobs", jobs, "--out", str(tmp_path / jobs)]) == 0
+    one, two = (json.loads((tmp_path / j / "results.json").read_text()) for j in ("1", "2"))
+    assert one["policies"] == two["policies"]
+    assert one["policies"]["ours"]["inference_gpu_hours"] > 0

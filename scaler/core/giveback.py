@@ -38,7 +38,9 @@ from scaler.config import PoolConfig
 class GiveBack:
     """Research pods being deleted (uid -> wall time requested) and recent give-backs (s)."""
 
-    pending: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    # A plain dict by default (read-only by convention): a fresh state must pickle, as the
+    # bench sends a policy to worker processes (`--jobs 2`); mappingproxy does not pickle.
+    pending: Mapping[str, float] = field(default_factory=dict)
     samples: tuple[float, ...] = ()  # most recent last, at most giveBack.samples
 
 
