@@ -1,6 +1,6 @@
 """End to end on the real control plane and real KEDA: `make e2e` (see cluster/README.md).
 
-    cluster/e2e [--out out/e2e] [--keep] [--no-up]
+    cluster/e2e [--out out/e2e] [--keep] [--no-up] [--only SCENARIO ...]
 
 Brings a cluster up (cluster/up: etcd, kube-apiserver, controller-manager, scheduler,
 kwok GPU nodes, KEDA operator + adapter), installs the chart with real helm, runs the
@@ -36,6 +36,9 @@ scenario passed.
                other to the node whose research pods they preempt; the first binds only
                when the second's victims are gone too (each counts the other's
                reservation), in kube-scheduler as in the bench's simulated scheduler.
+ 10 give-back  the chart's default (subtractForeignPods off): giveBack.namespaces and a
+               Role on the research namespace's pods; a second scaler as the chart's
+               ServiceAccount measures research pods that take up to 30 s to leave.
 """
 
 from __future__ import annotations
@@ -1323,6 +1326,175 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     }
 
 
+GB_GRACE = 30  # grace period of the give-back probes: each leaves Running ~30 s after its delete
+GB_PODS = 5  # = giveBack.minSamples (the chart's default): the measurement is then in use
+GB_FINALIZER = "e2e.gpu-pool-scaler/hold"  # released once terminated, as the Job controller does
+
+
+def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
+    """The admin kubeconfig's cluster with a bearer token instead of the admin's certificate."""
+    kc = yaml.safe_load(kubeconfig.read_text())
+    for u in kc["users"]:
+        u["user"] = {"token": token}
+    path.write_text(yaml.safe_dump(kc))
+    path.chmod(0o600)
+    return path
+
+
+def s10_give_back(c: Ctx) -> dict[str, Any]:
+    """The measured research give-back on the chart's default (subtractForeignPods off): the
+    chart writes giveBack.namespaces = the research namespace with a Role on its pods; a
+    second scaler runs as the chart's ServiceAccount (its token, not the admin's: the RBAC
+    is what a pod in the cluster gets) with the rendered config (other ports, no state
+    ConfigMap: the main scaler owns it), GB_PODS research pods of the pool that take up to
+    GB_GRACE s to leave (finalizer + kwok's terminate stage, as a Job's pod; kwok picks a
+    random point of the grace) are deleted, and the scaler's
+    `research_give_back_seconds{kind="measured"}` reads the longest of their exits."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = c.api.core
+    rendered = yaml.safe_load(c.helm.config())["pool"]
+    namespaces = rendered.get("giveBack", {}).get("namespaces")
+    if namespaces != [NS]:
+        raise Failed(f"the chart wrote giveBack.namespaces {namespaces}, expected [{NS!r}]")
+    if rendered["capacity"]["nodes"].get("subtractForeignPods"):
+        raise Failed("this scenario is about the default: subtractForeignPods off")
+    role = client.RbacAuthorizationV1Api(core.api_client).read_namespaced_role(
+        f"{FULL}-research-pods", NS
+    )
+    rules = [(r.resources, sorted(r.verbs)) for r in role.rules or []]
+    if rules != [(["pods"], ["get", "list", "watch"])]:
+        raise Failed(f"research-pods Role rules: {rules}")
+
+    # The ServiceAccount's own token: least privilege, checked before it is relied on.
+    tok = core.create_namespaced_service_account_token(
+        FULL, NS, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    out = c.config_file.parent
+    sa_kubeconfig = token_kubeconfig(c.api.kubeconfig, tok, out / "kubeconfig-scaler-sa")
+    sa_core = client.CoreV1Api(cluster.api_client(sa_kubeconfig))
+    try:
+        sa_core.list_pod_for_all_namespaces(limit=1)
+        raise Failed("the scaler's ServiceAccount can list pods cluster-wide")
+    except ApiException as e:
+        if e.status != 403:
+            raise
+    sa_core.list_namespaced_pod(NS, limit=1)  # allowed: the research-pods Role
+
+    # The main scaler's config as it runs (the chart's, with earlier scenarios' local file
+    # paths, e.g. TLS after scenario 5); other ports, no state ConfigMap.
+    cfg = yaml.safe_load(c.config_file.read_text())
+    grpc_port, metrics_port = cluster.free_port(), cluster.free_port()
+    cfg["server"].update({"grpcPort": grpc_port, "metricsPort": metrics_port})
+    cfg["server"].pop("stateConfigMap", None)
+    cfg["server"].pop("stateWriteSeconds", None)
+    config_file = out / "config-give-back.yaml"
+    config_file.write_text(yaml.safe_dump(cfg))
+    second = LocalScaler(config_file, sa_kubeconfig, out / "scaler-give-back.log")
+    c.cleanup.append(second.stop)
+    second.start(metrics_port)
+
+    labels = {
+        "gpu-pool-scaler.io/pool": cfg["pool"]["name"],
+        "gpu-pool-scaler.io/research-class": "probe",
+    }
+    names = [f"give-back-probe-{i}" for i in range(GB_PODS)]
+    for n in names:
+        body = {
+            "metadata": {
+                "name": n,
+                "labels": labels,
+                "finalizers": [GB_FINALIZER],
+                # kwok: Running for an hour unless deleted
+                "annotations": {
+                    "pod-complete.stage.kwok.x-k8s.io/delay": "3600s",
+                    "pod-complete.stage.kwok.x-k8s.io/jitter-delay": "3601s",
+                },
+            },
+            "spec": {
+                "terminationGracePeriodSeconds": GB_GRACE,
+                "nodeSelector": {"gpu-pool": "shared"},
+                "tolerations": [
+                    {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+                ],
+                "containers": [{"name": "c", "image": "fake.invalid/probe:kwok"}],
+            },
+        }
+        core.create_namespaced_pod(NS, body)
+
+    def release(n: str) -> None:
+        with contextlib.suppress(ApiException):
+            core.patch_namespaced_pod(n, NS, {"metadata": {"finalizers": None}})
+            core.delete_namespaced_pod(n, NS, grace_period_seconds=0)
+
+    for n in names:
+        c.cleanup.append(partial(release, n))
+
+    def probes() -> dict[str, Any]:
+        return {
+            p.metadata.name: p
+            for p in core.list_namespaced_pod(
+                NS, label_selector="gpu-pool-scaler.io/research-class=probe"
+            ).items
+        }
+
+    wait(
+        "the give-back probes Running",
+        lambda: sum(p.status.phase == "Running" for p in probes().values()) == GB_PODS,
+        120,
+    )
+    time.sleep(3)  # the scaler's research-pod watch has them (cycle 1 s)
+    before = scaler_metric(metrics_port, "gpu_pool_scaler_research_give_back_seconds{", "measured")
+    if before is not None:
+        raise Failed(f"measured give-back before any deletion: {before}")
+    t0 = time.monotonic()
+    for n in names:
+        core.delete_namespaced_pod(n, NS)  # the pod's grace: GB_GRACE
+    left: dict[str, float] = {}
+    deadline = t0 + GB_GRACE + 60
+    measured = None
+    while time.monotonic() < deadline:
+        for n, p in probes().items():
+            if p.status.phase == "Failed":
+                left.setdefault(n, round(time.monotonic() - t0, 1))
+                if p.metadata.finalizers:
+                    core.patch_namespaced_pod(n, NS, {"metadata": {"finalizers": None}})
+        for n in names:
+            if n not in probes():
+                left.setdefault(n, round(time.monotonic() - t0, 1))
+        measured = scaler_metric(
+            metrics_port, "gpu_pool_scaler_research_give_back_seconds{", "measured"
+        )
+        if measured is not None and len(left) == GB_PODS:
+            break
+        time.sleep(0.5)
+    time.sleep(3)  # the scaler's next cycles see the last probe gone too
+    measured = scaler_metric(
+        metrics_port, "gpu_pool_scaler_research_give_back_seconds{", "measured"
+    )
+    planned = scaler_metric(metrics_port, "gpu_pool_scaler_research_give_back_seconds{", "planned")
+    if measured is None:
+        raise Failed(f"no measured give-back within {GB_GRACE + 60} s; probes left at {left}")
+    # kwok's terminate stage ends each probe at a random point of its grace (jitter up to
+    # deletionTimestamp): the scaler must report the longest, to the cycle (1 s) and the
+    # second deletionTimestamp is rounded to.
+    longest = max(left.values())
+    if longest < 10:
+        raise Failed(f"every probe left within 10 s ({left}): nothing slow to measure")
+    if not longest - 2.5 <= measured <= longest + 4:
+        raise Failed(
+            f"measured give-back {measured} s; the probes left Running at {left} "
+            f"(grace {GB_GRACE} s)"
+        )
+    return {
+        "probes_left_running_s": left,
+        "measured_give_back_s": round(measured, 1),
+        "planned_give_back_s": None if planned is None else round(planned, 1),
+        "scaler_identity": f"ServiceAccount {NS}/{FULL}",
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("0-chart-ci-values", s0_chart_ci_values),
@@ -1334,6 +1506,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("5-tls", s5_tls),
     ("8-preemption-order", s8_preemption_order),
     ("9-nominated-wait", s9_nominated_wait),
+    ("10-give-back", s10_give_back),
 ]
 
 
@@ -1433,7 +1606,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "out" / "e2e")
     p.add_argument("--keep", action="store_true", help="leave the cluster up afterwards")
     p.add_argument("--no-up", action="store_true", help="use the cluster already in --out/cluster")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="SCENARIO",
+        choices=[n for n, _ in SCENARIOS] + ["6b-hpa-fields-gate-off"],
+        help="run only these scenarios (repeatable; the setup runs in any case)",
+    )
     args = p.parse_args(argv)
+    only = set(args.only or [])
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     state = out / "cluster"
@@ -1474,7 +1655,8 @@ def main(argv: list[str] | None = None) -> int:
         ctx = Ctx(api, farm, helm, scaler, vfile, config_file, grpc_port, metrics_port, pool_gpus)
         cleanups = ctx.cleanup
         for name, fn in SCENARIOS:
-            results[name] = run_scenario(name, partial(fn, ctx))
+            if not only or name in only:
+                results[name] = run_scenario(name, partial(fn, ctx))
     except Exception as e:
         report["error"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()
@@ -1489,8 +1671,8 @@ def main(argv: list[str] | None = None) -> int:
                 fn()
         if started and not args.keep:  # never another run's cluster
             cluster_down(state)
-        if started:  # a second cluster
-            name = "6b-hpa-fields-gate-off"
+        name = "6b-hpa-fields-gate-off"
+        if started and (not only or name in only):  # a second cluster
             results[name] = run_scenario(name, partial(hpa_tolerance_gate_off, out))
         report["total_s"] = round(time.monotonic() - t_start, 1)
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
