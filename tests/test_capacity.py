@@ -286,11 +286,14 @@ def api() -> Iterator[FakeKubeAPI]:
         yield a
 
 
-def start_watcher(api: FakeKubeAPI, clock: FakeClock, **cfg: Any) -> NodeCapacityWatcher:
+def start_watcher(
+    api: FakeKubeAPI, clock: FakeClock, research_namespaces: tuple[str, ...] = (), **cfg: Any
+) -> NodeCapacityWatcher:
     w = NodeCapacityWatcher(
         api.client(),
         ncfg(**cfg),
         pool_name=POOL,
+        research_namespaces=research_namespaces,
         clock=clock,
         watch_timeout_seconds=30,
         request_timeout_seconds=5,

@@ -365,24 +365,6 @@ def test_with_subtract_foreign_pods_the_all_pods_watch_decides() -> None:
     assert cap.research_deleting == {}
 
 
-def start_research_watcher(
-    api: FakeKubeAPI, clock: FakeClock, namespaces: tuple[str, ...], **cfg: Any
-) -> NodeCapacityWatcher:
-    w = NodeCapacityWatcher(
-        api.client(),
-        ncfg(**cfg),
-        pool_name=POOL,
-        research_namespaces=namespaces,
-        clock=clock,
-        watch_timeout_seconds=30,
-        request_timeout_seconds=5,
-        retry_seconds=0.05,
-        max_retry_seconds=0.2,
-    )
-    w.start()
-    return w
-
-
 def research_pod(name: str, namespace: str, at: str | None = None, **kw: Any) -> dict[str, Any]:
     pod = deleting_pod(name, at, **kw)
     pod["metadata"]["namespace"] = namespace
@@ -399,7 +381,7 @@ def test_research_pods_watched_per_namespace_server_side_filtered(api: FakeKubeA
     api.put("pods", research_pod("r", "research"))
     api.put("pods", research_pod("b", "batch"))
     api.put("pods", research_pod("x", "elsewhere", "2026-12-04T12:10:00Z"))  # not watched
-    w = start_research_watcher(api, FakeClock(), ("research", "batch"))
+    w = start_watcher(api, FakeClock(), ("research", "batch"))
     try:
         api.wait_for(lambda: deleting_of(w) == {}, what="research pods listed")
         lists = sorted(
@@ -438,7 +420,7 @@ def test_research_pods_watched_per_namespace_server_side_filtered(api: FakeKubeA
 def test_no_research_watch_with_subtract_foreign_pods(api: FakeKubeAPI) -> None:
     api.put("nodes", make_node("gpu-1"))
     api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
-    w = start_research_watcher(api, FakeClock(), ("research",), subtractForeignPods=True)
+    w = start_watcher(api, FakeClock(), ("research",), subtractForeignPods=True)
     try:
         api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="from all pods")
         assert {r.path for r in api.requests if r.resource == "pods"} == {"/api/v1/pods"}
@@ -452,7 +434,7 @@ def test_a_forbidden_research_watch_leaves_capacity_known(api: FakeKubeAPI) -> N
     api.put("nodes", make_node("gpu-1"))
     api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
     api.fail(403, resources=("pods",))
-    w = start_research_watcher(api, FakeClock(), ("research",))
+    w = start_watcher(api, FakeClock(), ("research",))
     try:
         api.wait_for(lambda: (c := w.current()) is not None and c.total_gpus == 8, what="nodes")
         api.wait_for(lambda: "403" in (w.status()[1].last_error or ""), what="pods refused")
@@ -470,7 +452,7 @@ def test_a_stale_research_watch_only_pauses_the_measuring(api: FakeKubeAPI) -> N
     api.put("nodes", make_node("gpu-1"))
     api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
     api.put("pods", research_pod("b", "batch"))
-    w = start_research_watcher(api, clock, ("batch", "research"), staleAfterSeconds=60)
+    w = start_watcher(api, clock, ("batch", "research"), staleAfterSeconds=60)
     try:
         api.wait_for(lambda: deleting_of(w) == {"uid-r": 1_796_385_600.0}, what="deletion seen")
         api.fail(503, resources=("pods",))
@@ -504,7 +486,7 @@ def test_one_namespace_refused_makes_the_whole_view_unknown(
     monkeypatch.setattr(kubernetes.client.CoreV1Api, "list_namespaced_pod", list_namespaced_pod)
     api.put("nodes", make_node("gpu-1"))
     api.put("pods", research_pod("r", "research", "2026-12-04T12:10:00Z"))
-    w = start_research_watcher(api, FakeClock(), ("ghost", "research"))
+    w = start_watcher(api, FakeClock(), ("ghost", "research"))
     try:
         api.wait_for(lambda: w.status()[2].synced, what="research listed")
         api.wait_for(lambda: "403" in (w.status()[1].last_error or ""), what="ghost refused")
@@ -519,7 +501,7 @@ def test_one_namespace_refused_makes_the_whole_view_unknown(
 def test_the_cycle_learns_from_the_research_watch(api: FakeKubeAPI) -> None:
     """End to end in process: pods deleted and gone in a watched namespace become samples."""
     api.put("nodes", make_node("gpu-1"))
-    w = start_research_watcher(api, FakeClock(), ("research",))
+    w = start_watcher(api, FakeClock(), ("research",))
     cfg = config(giveBack={"minSamples": 1, "namespaces": ["research"]})
     st = CycleState()
     try:
