@@ -30,7 +30,16 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # kubernetes is imported where used: main() explains a missing venv
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from kubernetes.client import ApiClient
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
 CLUSTER_DIR = REPO / "cluster"
@@ -46,7 +55,7 @@ ADAPTER_SERVICE_IP = "127.96.0.20"  # KEDA metrics adapter: Service ClusterIP ==
 POD_CIDR = "127.128.0.0/16"  # kwok hands pod IPs out of this range
 NODE_IP = "127.64.0.1"  # kwok's InternalIP for every fake node (no kubelet listens there)
 for _addr in (SERVICE_CIDR, POD_CIDR, NODE_IP, ADAPTER_SERVICE_IP, KUBERNETES_SERVICE_IP):
-    assert ipaddress.ip_network(_addr).subnet_of(ipaddress.ip_network("127.0.0.0/8")), _addr
+    assert ipaddress.IPv4Network(_addr).subnet_of(ipaddress.IPv4Network("127.0.0.0/8")), _addr
 
 KEDA_NS = "keda"
 ADAPTER_SERVICE = "keda-metrics-apiserver"
@@ -122,7 +131,7 @@ def make_pki(pki: Path) -> None:
     now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
     until = now + dt.timedelta(days=365)
 
-    def write_key(path: Path, key) -> None:
+    def write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> None:
         path.write_bytes(
             key.private_bytes(
                 serialization.Encoding.PEM,
@@ -132,16 +141,16 @@ def make_pki(pki: Path) -> None:
         )
         path.chmod(0o600)
 
-    def write_cert(path: Path, cert) -> None:
+    def write_cert(path: Path, cert: x509.Certificate) -> None:
         path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
-    def name(cn: str, org: str | None = None):
+    def name(cn: str, org: str | None = None) -> x509.Name:
         attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
         if org:
             attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
         return x509.Name(attrs)
 
-    def new_ca(stem: str, cn: str):
+    def new_ca(stem: str, cn: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = ec.generate_private_key(ec.SECP256R1())
         cert = (
             x509.CertificateBuilder()
@@ -173,10 +182,19 @@ def make_pki(pki: Path) -> None:
         write_cert(pki / f"{stem}.crt", cert)
         return key, cert
 
-    def issue(ca, stem: str, cn: str, org=None, dns=(), ips=(), server=False, client=False):
+    def issue(
+        ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate],
+        stem: str,
+        cn: str,
+        org: str | None = None,
+        dns: Sequence[str] = (),
+        ips: Sequence[str] = (),
+        server: bool = False,
+        client: bool = False,
+    ) -> None:
         ca_key, ca_cert = ca
         key = ec.generate_private_key(ec.SECP256R1())
-        usages = []
+        usages: list[x509.ObjectIdentifier] = []
         if server:
             usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
         if client:
@@ -209,9 +227,8 @@ def make_pki(pki: Path) -> None:
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
             )
         )
-        sans = [x509.DNSName(d) for d in dns] + [
-            x509.IPAddress(ipaddress.ip_address(i)) for i in ips
-        ]
+        sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+        sans += [x509.IPAddress(ipaddress.ip_address(i)) for i in ips]
         if sans:
             b = b.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         write_key(pki / f"{stem}.key", key)
@@ -356,7 +373,7 @@ class State:
         pid, start = self._pidfile(name)
         return pid is not None and proc_start_time(pid) == start
 
-    def _pidfile(self, name: str):
+    def _pidfile(self, name: str) -> tuple[int, str] | tuple[None, None]:
         try:
             pid, start = (self.pids / f"{name}.pid").read_text().split()
             return int(pid), start
@@ -392,7 +409,13 @@ class State:
         return "\n".join("    " + line for line in lines[-n:])
 
 
-def wait_for(what: str, check, timeout: float, state: State | None = None, proc: str | None = None):
+def wait_for(
+    what: str,
+    check: Callable[[], T],
+    timeout: float,
+    state: State | None = None,
+    proc: str | None = None,
+) -> T:
     """Poll check() until it returns a truthy value; fail early if `proc` died."""
     deadline = time.monotonic() + timeout
     last_err: Exception | None = None
@@ -507,7 +530,9 @@ def kwok_config(path: Path, pod_stages: str) -> None:
     class Dumper(yaml.SafeDumper):
         pass
 
-    def text(dumper, data):  # keep the Go templates readable as literal blocks
+    def text(
+        dumper: yaml.SafeDumper, data: str
+    ) -> yaml.ScalarNode:  # keep the Go templates readable as literal blocks
         style = "|" if "\n" in data else None
         return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
@@ -515,14 +540,28 @@ def kwok_config(path: Path, pod_stages: str) -> None:
     path.write_text(yaml.dump_all(docs, Dumper=Dumper, sort_keys=False))
 
 
-def api_client(kubeconfig: Path):
+def api_client(kubeconfig: Path) -> ApiClient:
     from kubernetes import config
 
     return config.new_client_from_config(config_file=str(kubeconfig))
 
 
+def manifest(obj: dict[str, Any]) -> Any:
+    """A manifest written as a dict, as the `body` of a kubernetes client call: the client
+    sends a dict as it is (ApiClient.sanitize_for_serialization), though its types ask for
+    the V1* model (V1Node, V1Service, ...)."""
+    return obj
+
+
+def condition_true(status: Any, kind: str) -> bool:
+    """Whether an object's `status` (None until a controller writes one) has condition
+    `kind` True."""
+    conditions = (status.conditions if status is not None else None) or []
+    return any(c.type == kind and c.status == "True" for c in conditions)
+
+
 def create_nodes(
-    api, n: int, gpus: int, prefix: str = "gpu-node", pool: str = "shared"
+    api: ApiClient, n: int, gpus: int, prefix: str = "gpu-node", pool: str = "shared"
 ) -> list[str]:
     from kubernetes import client
 
@@ -567,24 +606,26 @@ def create_nodes(
             },
             "status": {"allocatable": res, "capacity": res},
         }
-        core.create_node(body)
+        core.create_node(manifest(body))
     return names
 
 
-def nodes_ready(api, names: list[str]) -> bool:
+def nodes_ready(api: ApiClient, names: list[str]) -> bool:
     from kubernetes import client
 
-    items = client.CoreV1Api(api).list_node().items
-    ready = {
-        n.metadata.name
-        for n in items
-        if any(c.type == "Ready" and c.status == "True" for c in (n.status.conditions or []))
-        and not any(t.key == "node.kubernetes.io/not-ready" for t in (n.spec.taints or []))
-    }
+    ready = set()
+    for n in client.CoreV1Api(api).list_node().items:
+        taints = (n.spec.taints if n.spec is not None else None) or []
+        if (
+            n.metadata is not None
+            and condition_true(n.status, "Ready")
+            and not any(t.key == "node.kubernetes.io/not-ready" for t in taints)
+        ):
+            ready.add(n.metadata.name)
     return set(names) <= ready
 
 
-def apply_keda_crds(api) -> list[str]:
+def apply_keda_crds(api: ApiClient) -> list[str]:
     import yaml
     from kubernetes import client
 
@@ -605,7 +646,9 @@ def apply_keda_crds(api) -> list[str]:
 PROMETHEUS_OPERATOR = "github.com/prometheus-operator/prometheus-operator@v0.80.1"
 
 
-def apply_prometheus_operator_crds(api, kinds=("servicemonitors", "prometheusrules")) -> list[str]:
+def apply_prometheus_operator_crds(
+    api: ApiClient, kinds: Sequence[str] = ("servicemonitors", "prometheusrules")
+) -> list[str]:
     import tempfile
 
     import yaml
@@ -636,91 +679,97 @@ def apply_prometheus_operator_crds(api, kinds=("servicemonitors", "prometheusrul
     return names
 
 
-def crds_established(api, names: list[str]) -> bool:
+def crds_established(api: ApiClient, names: list[str]) -> bool:
     from kubernetes import client
 
     ext = client.ApiextensionsV1Api(api)
     for n in names:
         crd = ext.read_custom_resource_definition(n)
-        if not any(
-            c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])
-        ):
+        if not condition_true(crd.status, "Established"):
             return False
     return True
 
 
-def register_adapter(api, pki: Path, port: int) -> None:
+def register_adapter(api: ApiClient, pki: Path, port: int) -> None:
     """Service (ClusterIP == adapter bind address, no selector) + APIService."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": KEDA_NS}})
+    core.create_namespace(manifest({"metadata": {"name": KEDA_NS}}))
     core.create_namespaced_service(
         KEDA_NS,
-        {
-            "metadata": {"name": ADAPTER_SERVICE, "labels": {"app": ADAPTER_SERVICE}},
-            "spec": {
-                "type": "ClusterIP",
-                "clusterIP": ADAPTER_SERVICE_IP,
-                "ports": [{"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}],
-            },
-        },
+        manifest(
+            {
+                "metadata": {"name": ADAPTER_SERVICE, "labels": {"app": ADAPTER_SERVICE}},
+                "spec": {
+                    "type": "ClusterIP",
+                    "clusterIP": ADAPTER_SERVICE_IP,
+                    "ports": [
+                        {"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}
+                    ],
+                },
+            }
+        ),
     )
     # The aggregator's availability check wants a ready EndpointSlice with the Service's
     # port name even though (routing off) it dials the ClusterIP. IPv4/IPv6 slices may not
     # hold loopback addresses, so this is an FQDN slice whose address is never dialed.
     client.DiscoveryV1Api(api).create_namespaced_endpoint_slice(
         KEDA_NS,
-        {
-            "metadata": {
-                "name": f"{ADAPTER_SERVICE}-placeholder",
-                "labels": {
-                    "kubernetes.io/service-name": ADAPTER_SERVICE,
-                    "endpointslice.kubernetes.io/managed-by": "gpu-pool-scaler-cluster",
+        manifest(
+            {
+                "metadata": {
+                    "name": f"{ADAPTER_SERVICE}-placeholder",
+                    "labels": {
+                        "kubernetes.io/service-name": ADAPTER_SERVICE,
+                        "endpointslice.kubernetes.io/managed-by": "gpu-pool-scaler-cluster",
+                    },
                 },
-            },
-            "addressType": "FQDN",
-            "endpoints": [
-                {
-                    "addresses": [f"{ADAPTER_SERVICE}.{KEDA_NS}.svc.cluster.local"],
-                    "conditions": {"ready": True},
-                }
-            ],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-        },
+                "addressType": "FQDN",
+                "endpoints": [
+                    {
+                        "addresses": [f"{ADAPTER_SERVICE}.{KEDA_NS}.svc.cluster.local"],
+                        "conditions": {"ready": True},
+                    }
+                ],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            }
+        ),
     )
     client.ApiregistrationV1Api(api).create_api_service(
-        {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
-            "spec": {
-                "group": "external.metrics.k8s.io",
-                "version": "v1beta1",
-                "service": {"namespace": KEDA_NS, "name": ADAPTER_SERVICE, "port": port},
-                "caBundle": base64.b64encode((pki / "ca.crt").read_bytes()).decode(),
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-            },
-        }
+        manifest(
+            {
+                "apiVersion": "apiregistration.k8s.io/v1",
+                "kind": "APIService",
+                "metadata": {"name": "v1beta1.external.metrics.k8s.io"},
+                "spec": {
+                    "group": "external.metrics.k8s.io",
+                    "version": "v1beta1",
+                    "service": {"namespace": KEDA_NS, "name": ADAPTER_SERVICE, "port": port},
+                    "caBundle": base64.b64encode((pki / "ca.crt").read_bytes()).decode(),
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                },
+            }
+        )
     )
 
 
-def apiservice_available(api) -> bool:
+def apiservice_available(api: ApiClient) -> bool:
     from kubernetes import client
 
     svc = client.ApiregistrationV1Api(api).read_api_service("v1beta1.external.metrics.k8s.io")
-    return any(c.type == "Available" and c.status == "True" for c in (svc.status.conditions or []))
+    return condition_true(svc.status, "Available")
 
 
-def default_sa_exists(api) -> bool:
+def default_sa_exists(api: ApiClient) -> bool:
     from kubernetes import client
 
     client.CoreV1Api(api).read_namespaced_service_account("default", "default")
     return True
 
 
-def up(args) -> int:
+def up(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     st = State(args.state_dir.resolve())
     bins = binaries()
@@ -995,7 +1044,7 @@ stop:       cluster/down --state-dir {st.root}   (or: make cluster-down)""")
     return 0
 
 
-def down(args) -> int:
+def down(args: argparse.Namespace) -> int:
     st = State(args.state_dir.resolve())
     if not st.pids.exists():
         log(f"nothing to stop in {st.root}")
@@ -1006,7 +1055,7 @@ def down(args) -> int:
     return 0
 
 
-def status(args) -> int:
+def status(args: argparse.Namespace) -> int:
     st = State(args.state_dir.resolve())
     rc = 0
     for name in COMPONENTS:

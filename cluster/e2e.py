@@ -271,7 +271,7 @@ def values(
             {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
         ],
     }
-    research = {
+    research: dict[str, Any] = {
         "name": "eval",
         "gpusPerJob": GPUS_PER_JOB,
         "maxJobs": 8,
@@ -915,7 +915,7 @@ def s5_tls(c: Ctx) -> dict[str, Any]:
         "keda.sh", "v1alpha1", NS, "triggerauthentications"
     )["items"]
     address = f"127.0.0.1:{c.grpc_port}"
-    refused = {}
+    refused: dict[str, bool | str] = {}  # False: it answered; else the gRPC status code
     for label, channel in (
         ("plaintext", grpc.insecure_channel(address)),
         (
@@ -1111,7 +1111,7 @@ def side_setup(
             "preemptionPolicy": "Never",
             "globalDefault": False,
         }
-        sched.create_priority_class(body)
+        sched.create_priority_class(cluster.manifest(body))
         c.cleanup.append(partial(sched.delete_priority_class, name))
     nodes = cluster.create_nodes(core.api_client, 2, 8, prefix=prefix, pool=pool)
     for n in nodes:
@@ -1666,9 +1666,9 @@ def main(argv: list[str] | None = None) -> int:
             report["engine_errors"] = farm.errors[-5:]
         if scaler is not None:
             scaler.stop()
-        for fn in cleanups:
+        for cleanup in cleanups:
             with contextlib.suppress(Exception):
-                fn()
+                cleanup()
         if started and not args.keep:  # never another run's cluster
             cluster_down(state)
         name = "6b-hpa-fields-gate-off"

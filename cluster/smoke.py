@@ -21,10 +21,17 @@ import datetime as dt
 import ipaddress
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cluster
+
+T = TypeVar("T")
+
+# Objects read back from the API server are typed `Any` here (as in e2e.py): the server
+# fills in their metadata and status, which the client's models declare Optional.
 
 NS = "gps-smoke"
 DEPLOY = "smoke-vllm"
@@ -37,7 +44,7 @@ def step(msg: str) -> None:
     print(f"[smoke {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def wait(what: str, check, timeout: float = 120.0):
+def wait(what: str, check: Callable[[], T], timeout: float = 120.0) -> T:
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -51,7 +58,7 @@ def wait(what: str, check, timeout: float = 120.0):
     raise SystemExit(f"FAIL: timed out after {timeout:.0f}s: {what} (last error: {last})")
 
 
-def pod_template(priority: str, app: str, gpus: int) -> dict:
+def pod_template(priority: str, app: str, gpus: int) -> dict[str, Any]:
     return {
         "metadata": {"labels": {"app": app}},
         "spec": {
@@ -91,7 +98,7 @@ def main() -> int:
     autoscaling = client.AutoscalingV2Api(api)
     custom = client.CustomObjectsApi(api)
 
-    nodes = [n for n in core.list_node(label_selector="gpu-pool=shared").items]
+    nodes: list[Any] = [n for n in core.list_node(label_selector="gpu-pool=shared").items]
     total_gpus = sum(int(n.status.allocatable.get("nvidia.com/gpu", 0)) for n in nodes)
     pool_pods = total_gpus // GPUS_PER_POD
     if pool_pods < 4:
@@ -103,7 +110,7 @@ def main() -> int:
         core.delete_namespace(NS)
         wait(
             "old smoke namespace gone",
-            lambda: not [n for n in core.list_namespace().items if n.metadata.name == NS],
+            lambda: NS not in [n.metadata.name for n in core.list_namespace().items if n.metadata],
             120,
         )
     except client.ApiException as e:
@@ -118,39 +125,48 @@ def main() -> int:
 
     # 1. priority classes ------------------------------------------------------------
     sched.create_priority_class(
-        {
-            "metadata": {"name": "gps-inference"},
-            "value": 1000,
-            "description": "vLLM inference (smoke)",
-        }
+        cluster.manifest(
+            {
+                "metadata": {"name": "gps-inference"},
+                "value": 1000,
+                "description": "vLLM inference (smoke)",
+            }
+        )
     )
     sched.create_priority_class(
-        {
-            "metadata": {"name": "gps-research"},
-            "value": -100,
-            "preemptionPolicy": "Never",
-            "description": "research jobs on borrowed GPUs (smoke)",
-        }
+        cluster.manifest(
+            {
+                "metadata": {"name": "gps-research"},
+                "value": -100,
+                "preemptionPolicy": "Never",
+                "description": "research jobs on borrowed GPUs (smoke)",
+            }
+        )
     )
-    core.create_namespace({"metadata": {"name": NS}})
+    core.create_namespace(cluster.manifest({"metadata": {"name": NS}}))
     step("PASS 1: PriorityClasses gps-inference (1000) and gps-research (-100, Never)")
 
     # 2. deployment scheduled + Running on kwok ----------------------------------------
     t = time.monotonic()
     apps.create_namespaced_deployment(
         NS,
-        {
-            "metadata": {"name": DEPLOY},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": DEPLOY}},
-                "template": pod_template("gps-inference", DEPLOY, GPUS_PER_POD),
-            },
-        },
+        cluster.manifest(
+            {
+                "metadata": {"name": DEPLOY},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": DEPLOY}},
+                    "template": pod_template("gps-inference", DEPLOY, GPUS_PER_POD),
+                },
+            }
+        ),
     )
 
-    def running_pods(app: str):
-        pods = core.list_namespaced_pod(NS, label_selector=f"app={app}").items
+    def app_pods(app: str) -> list[Any]:
+        return core.list_namespaced_pod(NS, label_selector=f"app={app}").items
+
+    def running_pods(app: str) -> list[Any]:
+        pods = app_pods(app)
         return [
             x
             for x in pods
@@ -170,7 +186,7 @@ def main() -> int:
     # 3. ScaledObject (cron) -> HPA -> 3 replicas ----------------------------------------
     now = dt.datetime.now(dt.UTC)
 
-    def cron_so(desired: int) -> dict:
+    def cron_so(desired: int) -> dict[str, Any]:
         start = (now - dt.timedelta(minutes=1)).minute
         end = (now + dt.timedelta(minutes=30)).minute
         return {
@@ -199,7 +215,7 @@ def main() -> int:
 
     t = time.monotonic()
     custom.create_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", cron_so(3))
-    hpa = wait(
+    hpa: Any = wait(
         "KEDA creates the HPA",
         lambda: autoscaling.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{SO}", NS),
         60,
@@ -220,7 +236,10 @@ def main() -> int:
         f"PASS 3: HPA scaled {DEPLOY} 1 -> 3 after {time.monotonic() - t:.1f}s "
         f"(external metric current={cur.average_value if cur else '?'})"
     )
-    so = custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", SO)
+    so = cast(  # custom objects come back as the JSON dict
+        "dict[str, Any]",
+        custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledobjects", SO),
+    )
     conds = {c["type"]: c["status"] for c in so.get("status", {}).get("conditions", [])}
     step(f"      ScaledObject conditions: {conds}")
 
@@ -236,15 +255,17 @@ def main() -> int:
     }
     batch.create_namespaced_job(
         NS,
-        {
-            "metadata": {"name": "smoke-research"},
-            "spec": {
-                "parallelism": free_pods,
-                "completions": free_pods,
-                "backoffLimit": 100,
-                "template": job_tpl,
-            },
-        },
+        cluster.manifest(
+            {
+                "metadata": {"name": "smoke-research"},
+                "spec": {
+                    "parallelism": free_pods,
+                    "completions": free_pods,
+                    "backoffLimit": 100,
+                    "template": job_tpl,
+                },
+            }
+        ),
     )
     wait(
         f"{free_pods} research pods Running",
@@ -265,16 +286,12 @@ def main() -> int:
     if still:
         raise SystemExit(f"FAIL: research pods not preempted: {still}")
 
-    def preemption_events():  # core/v1 view of the scheduler's events
-        evs = core.list_namespaced_event(NS).items
+    def preemption_events() -> list[Any]:  # core/v1 view of the scheduler's events
+        evs: list[Any] = core.list_namespaced_event(NS).items
         return [e for e in evs if e.reason == "Preempted" and e.involved_object.uid in victims]
 
     evs = wait("Preempted events for the research pods", preemption_events, 30)
-    pending = [
-        x.metadata.name
-        for x in core.list_namespaced_pod(NS, label_selector="app=smoke-research").items
-        if x.status.phase == "Pending"
-    ]
+    pending = [x.metadata.name for x in app_pods("smoke-research") if x.status.phase == "Pending"]
     step(
         f"PASS 4: inference scaled to {pool_pods} after {time.monotonic() - t:.1f}s; "
         f"research pods preempted by the scheduler: "
