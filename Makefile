@@ -40,8 +40,8 @@ test: $(STAMP)
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check scaler tests bench tools
-	$(VENV)/bin/ruff format --check scaler tests bench tools
+	$(VENV)/bin/ruff check scaler tests bench tools cluster
+	$(VENV)/bin/ruff format --check scaler tests bench tools cluster
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
