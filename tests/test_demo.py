@@ -362,6 +362,28 @@ async def test_replica_serves_vllm_metrics_the_scaler_reads_back() -> None:
     assert back.process_start_seconds == 1.7e9
 
 
+def test_replica_stops_cleanly_with_a_keep_alive_connection_open() -> None:
+    """A scraper's keep-alive connection left open when the engine stops (cluster/e2e.py's
+    engine farm at the end of a run): its handler must end before the loop does. Cancelled
+    at loop teardown instead, Python 3.11 logs "Exception in callback ... CancelledError"."""
+    sample = EngineSample(waiting=0.0, running=0.0, kv_usage_mean=0.0, kv_usage_max=0.0)
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        server = EngineServer.for_engine(lambda: sample, "llama3-70b", 1.7e9)
+        await server.start()
+        host, port = server.address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        await server.stop()  # the client never closes its side; the loop ends right after
+
+    asyncio.run(main())
+    assert errors == []
+
+
 # ---- the KEDA driver has no way to decisions but gRPC ------------------------------------
 def test_driver_imports_nothing_of_the_scaler_but_the_grpc_stubs() -> None:
     tree = ast.parse((REPO / "scaler" / "demo" / "keda.py").read_text())

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -108,6 +109,7 @@ class EngineServer:
         self.address = f"{host}:{self.port}"
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
         self.requests = 0
 
     @classmethod
@@ -131,6 +133,11 @@ class EngineServer:
             self._server.close()
             for w in list(self._conns):
                 w.close()
+            # Python 3.11's wait_closed does not wait for connection handlers; one still
+            # reading a keep-alive connection when the loop ends is cancelled there and logged
+            # as "Exception in callback ... CancelledError". Closed above, each sees EOF.
+            if self._handlers:
+                await asyncio.wait(set(self._handlers), timeout=2.0)
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         else:
@@ -138,6 +145,9 @@ class EngineServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._conns.add(writer)
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         try:
             while True:
                 try:
@@ -174,4 +184,6 @@ class EngineServer:
             return
         finally:
             self._conns.discard(writer)
+            if task is not None:
+                self._handlers.discard(task)
             writer.close()
