@@ -386,6 +386,10 @@ class Slo(_Model):
     # Fewer requests than this in the window: too few to tell the attainment apart from
     # noise; the slo signal asks nothing and the other signals decide. 0 = 1 / (1 - attainment).
     minRequests: Annotated[int, Field(ge=0)] = 0
+    # The ramp signal (docs/policy.md, "The ramp signal"): while the request rate doubles
+    # faster than this (s), ask now what it will need when a replica asked now is Ready
+    # (cold start + research give-back), at most twice what it needs now. 0 = off.
+    rampDoublingSeconds: Annotated[float, Field(ge=0)] = 7200.0
 
     @property
     def min_requests(self) -> int:

@@ -2,7 +2,9 @@
 
 Bounds, monotonicity in load, settling under constant load with replicas that follow the
 target (with a model-load delay), stale data never lowering, and replicas on the way never
-raising the target. Sizes are kept small so the whole file runs in a few seconds.
+raising the target. Sizes are kept small so the whole file runs in a few seconds. Every
+decision gets the chart's default lead (cold start + research grace, 720 s), so the ramp
+signal projects as far as it does in a cluster.
 """
 
 from __future__ import annotations
@@ -16,9 +18,20 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService, Slo, Thresholds
-from scaler.core.decision import SignalVerdict
+from scaler.core.decision import ServiceDecision, SignalVerdict
 from scaler.core.load import ServiceLoad
-from scaler.core.policy import PolicyState, decide
+from scaler.core.policy import PolicyState
+from scaler.core.policy import decide as decide_once
+
+LEAD_S = 720.0
+
+
+def decide(
+    svc: InferenceService, load: ServiceLoad, prev: PolicyState | None, now: float, **kw: Any
+) -> tuple[ServiceDecision, PolicyState]:
+    kw.setdefault("lead_s", LEAD_S)
+    return decide_once(svc, load, prev, now, **kw)
+
 
 PROFILE = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Closed-loop simulations cost ~1-3k decisions per example.
@@ -533,3 +546,26 @@ def test_slo_signal_under_constant_demand_settles(
     if rps / start > capacity * 1.01 and svc.maxReplicas > initial and measurable and failing:
         # the path under test ran: a load bin that missed the objective taught a capacity
         assert state.learned.capacity_rps is not None
+
+
+@PROFILE
+@given(services(), histories(), loads(usable=True), st.sampled_from([0.0, 120.0, 720.0]))
+def test_the_ramp_signal_never_lowers_the_target(
+    svc: InferenceService,
+    history: list[tuple[float, ServiceLoad]],
+    load: ServiceLoad,
+    lead_s: float,
+) -> None:
+    """The ramp signal only adds a reading: from the same state, with it on the target is
+    never below what it is with it off."""
+    if svc.slo is None:
+        svc = svc.model_copy(update={"slo": Slo(ttftSeconds=2, attainment=0.95, windowSeconds=60)})
+    assert svc.slo is not None
+    off = svc.model_copy(update={"slo": svc.slo.model_copy(update={"rampDoublingSeconds": 0.0})})
+    state, now, _ = replay(svc, history)
+    if state is not None:  # a capacity learned, so the ramp can ask
+        state = replace(state, learned=replace(state.learned, capacity_rps=0.5))
+    with_it, _ = decide(svc, load, state, now + 5, lead_s=lead_s)
+    without, _ = decide(off, load, state, now + 5, lead_s=lead_s)
+    if without.desired is not None:
+        assert with_it.desired is not None and with_it.desired >= without.desired

@@ -78,11 +78,13 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         cal = inp.calendar if fc.enabled and svc.forecast else None  # None: reactive only
         if fc.enabled and not svc.forecast:
             note = "off for this service (forecast: false): reactive only"
+        lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
         if cal is not None:
-            lead = svc.coldStartSeconds + plan.seconds
             p = forecast.predict(hist, fc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
-        d, policy[svc.name] = decide(svc, load, prev.policy.get(svc.name), now, forecast=ahead)
+        d, policy[svc.name] = decide(
+            svc, load, prev.policy.get(svc.name), now, forecast=ahead, lead_s=lead
+        )
         services[svc.name] = replace(d, forecast_note=note) if note else d
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)
             need = _reactive_need(svc, d)

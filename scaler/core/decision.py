@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class SignalVerdict:
     """One policy signal's reading and the replica count it asks for."""
 
-    signal: str  # "queue" | "kv-cache" | "concurrency" | "throughput" | "slo" | "forecast"
+    signal: str  # "queue" | "kv-cache" | "concurrency" | "throughput" | "slo" | "ramp" | "forecast"
     value: float  # observed value (per replica, or fraction)
     target: float  # configured threshold
     replicas: int  # replicas this signal alone asks for

@@ -23,9 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from scaler.config import InferenceService
+from scaler.core import ramp
 from scaler.core import slo as slo_signal
 from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
 from scaler.core.load import ServiceLoad
+from scaler.core.ramp import RateTrend
 from scaler.core.slo import Learned, SloEntry
 
 # The queue signal scales down only when waiting per replica is below this fraction of its
@@ -39,7 +41,7 @@ HPA_DEFAULT_TOLERANCE = 0.1
 
 _EPS = 1e-9  # float slack so that e.g. 4 x 0.8 / 0.8 does not ceil to 5
 
-SIGNALS = ("queue", "kv-cache", "concurrency", "throughput", "slo", "forecast")
+SIGNALS = ("queue", "kv-cache", "concurrency", "throughput", "slo", "ramp", "forecast")
 _UNITS = {
     "queue": "waiting/replica",
     "kv-cache": "KV usage",
@@ -47,6 +49,7 @@ _UNITS = {
     "throughput": "tok/s/replica",
     "slo": "attainment",
     "forecast": "replicas predicted",
+    "ramp": "min to double the request rate",
 }
 
 
@@ -69,6 +72,8 @@ class PolicyState:
     # Moving average of waiting and running (scaleDown.smoothingSeconds); None: none yet or
     # off. Not persisted: after a restart it starts again from the first sample.
     smoothed: Smoothed | None = None
+    # Moving averages of the request rate for the ramp signal (`core.ramp`); not persisted.
+    trend: RateTrend | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,6 +337,7 @@ def decide(
     now: float,
     *,
     forecast: SignalVerdict | None = None,
+    lead_s: float = 0.0,
 ) -> tuple[ServiceDecision, PolicyState]:
     """One cycle's target for one service and the state to pass back next cycle.
 
@@ -341,6 +347,8 @@ def decide(
     max(previous target, current replicas, minReplicas), capped at maxReplicas.
     `forecast` (from `core.forecast`, through `core.cycle.step`): replicas predicted ahead
     of a ramp, one more signal that can only add (never read when data is missing).
+    `lead_s`: how long a replica asked now takes to be Ready (cold start + the research
+    give-back), how far ahead the ramp signal (`core.ramp`) projects the request rate.
     """
     lo, hi = svc.minReplicas, svc.maxReplicas
     prev_desired = prev.desired if prev is not None else None
@@ -363,6 +371,21 @@ def decide(
             svc, load, slo_window, learned.capacity_rps, prev.raised_at if prev else None, now
         )
     sizes = svc.slo is not None and slo_status is not None and slo_signal.sizes(svc.slo, slo_status)
+    trend = prev.trend if prev is not None else None
+    ramp_verdict = None
+    if svc.slo is not None and slo_status is not None and slo_status.attainment is not None:
+        # Only rates the objective is measured at (at least `minRequests` in the window): a
+        # lower one is too noisy to read a ramp from, and the averages start there.
+        trend = ramp.observe(trend, load.requests_per_s, now)
+        ramp_verdict = ramp.verdict(
+            trend, learned.capacity_rps, lead_s, svc.slo.rampDoublingSeconds
+        )
+        if ramp_verdict is not None and slo_verdict is not None and slo_verdict.calm is not None:
+            # While the slo signal holds an answered breach, the scale-down window keeps only
+            # the rate's ask: a burst that breached also reads as a rise, and holding its
+            # projection a whole window longer cost the coding week 5 points of harvest.
+            kept = min(ramp_verdict.replicas, slo_verdict.calm)
+            ramp_verdict = replace(ramp_verdict, calm=kept)
 
     cold = _cold_start_cap(svc, load, prev, now)
     batch = prev.batch_per_replica if prev is not None else None
@@ -375,6 +398,8 @@ def decide(
         verdicts = _with_calm(verdicts, averaged, tau)
     if slo_verdict is not None:
         verdicts = (*verdicts, slo_verdict)
+    if ramp_verdict is not None:
+        verdicts = (*verdicts, ramp_verdict)
     if forecast is not None:
         verdicts = (*verdicts, forecast)
     readings = [v for v in verdicts if not v.abstain]
@@ -474,6 +499,7 @@ def decide(
         slo_window=slo_window,
         learned=learned,
         smoothed=smoothed,
+        trend=trend,
     )
     decision = _decision(
         svc,
@@ -596,6 +622,7 @@ def _hold(
         slo_window=prev.slo_window if prev else (),
         learned=prev.learned if prev else Learned(),
         smoothed=prev.smoothed if prev else None,
+        trend=prev.trend if prev else None,
     )
     decision = _decision(svc, load, desired, reason, verdicts, fresh=False, by=by, recommended=None)
     return decision, state
