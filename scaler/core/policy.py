@@ -26,6 +26,7 @@ from scaler.config import InferenceService
 from scaler.core import ramp
 from scaler.core import slo as slo_signal
 from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
+from scaler.core.ewma import ewma
 from scaler.core.load import ServiceLoad
 from scaler.core.ramp import RateTrend
 from scaler.core.slo import Learned, SloEntry
@@ -48,8 +49,8 @@ _UNITS = {
     "concurrency": "running/replica",
     "throughput": "tok/s/replica",
     "slo": "attainment",
-    "forecast": "replicas predicted",
     "ramp": "min to double the request rate",
+    "forecast": "replicas predicted",
 }
 
 
@@ -94,11 +95,9 @@ def smooth(prev: Smoothed | None, load: ServiceLoad, now: float, tau: float) -> 
         return None
     if prev is None or now <= prev.at:
         return Smoothed(now, load.waiting, load.running)
-    a = 1.0 - math.exp(-(now - prev.at) / tau)
+    dt = now - prev.at
     return Smoothed(
-        now,
-        prev.waiting + a * (load.waiting - prev.waiting),
-        prev.running + a * (load.running - prev.running),
+        now, ewma(prev.waiting, load.waiting, dt, tau), ewma(prev.running, load.running, dt, tau)
     )
 
 

@@ -35,6 +35,7 @@ import math
 from dataclasses import dataclass
 
 from scaler.core.decision import SignalVerdict
+from scaler.core.ewma import ewma
 
 SHORT_S = 300.0  # the recent rate: long enough that a burst of seconds moves it little
 LONG_S = 1200.0  # the rate the rise is measured from
@@ -69,9 +70,7 @@ def observe(prev: RateTrend | None, rps: float | None, now: float) -> RateTrend 
     if prev is None or now <= prev.at or now - prev.at > GAP_S:
         return RateTrend(now, rps, rps)
     dt = now - prev.at
-    a = 1.0 - math.exp(-dt / SHORT_S)
-    b = 1.0 - math.exp(-dt / LONG_S)
-    return RateTrend(now, prev.short + a * (rps - prev.short), prev.long + b * (rps - prev.long))
+    return RateTrend(now, ewma(prev.short, rps, dt, SHORT_S), ewma(prev.long, rps, dt, LONG_S))
 
 
 def verdict(
