@@ -5,6 +5,7 @@ only ever adds to inference or withholds from research. Times are injected."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
 from scaler.core.forecast import DAY, History, predict, record
 from scaler.core.load import EngineSample, TargetPhase, TargetState
+from scaler.core.ramp import WARM_S, RateSwing
 
 FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
 MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
@@ -350,12 +352,14 @@ def test_replicas_the_forecast_added_are_not_recorded_as_need() -> None:
     assert state.forecast["chat"].days[day][slot] == 8  # ... the load needs 8
 
 
-def forecast_pool(**svc: Any) -> Any:
-    """A 64-GPU pool with the forecast on and one service, `chat` (4 GPUs, max 16)."""
+def forecast_pool(fc: dict[str, Any] | None = None, **svc: Any) -> Any:
+    """A 64-GPU pool with the forecast on (and `fc`) and one service, `chat` (4 GPUs, max
+    16)."""
     chat = {"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}}
+    forecast = {"enabled": True, **(fc or {})}
     return parse_config(
         {
-            "pool": {"name": "p", "capacity": {"gpus": 64}, "forecast": {"enabled": True}},
+            "pool": {"name": "p", "capacity": {"gpus": 64}, "forecast": forecast},
             "inference": [{**chat, "maxReplicas": 16, **svc}],
         }
     )
@@ -474,3 +478,42 @@ def test_the_adaptive_reserve_counts_only_rises_the_held_replicas_did_not_cover(
     d = cycle(t0 + 120, 8.0)  # 80 waiting on 10 replicas: the load needs 16
     assert d.services["chat"].desired == 16
     assert d.pool.reserve_gpus == reserve_after_load
+
+
+# typical swing of the rate (None: averages younger than WARM_S), minRateSwing, used
+SWINGS = {
+    "smooth-rate-reactive-follows": (0.03, 0.1, False),
+    "bursty-rate-forecast-raises": (0.25, 0.1, True),
+    "swing-not-known-yet-forecast-raises": (None, 0.1, True),
+    "min-rate-swing-0-every-service": (0.03, 0.0, True),
+}
+
+
+@pytest.mark.parametrize(("swing", "min_swing", "used"), SWINGS.values(), ids=SWINGS.keys())
+def test_the_forecast_raises_only_for_a_rate_that_swings(
+    swing: float | None, min_swing: float, used: bool
+) -> None:
+    """A forecast of 16 over a load asking 10: used unless the service's request rate is
+    known to be smooth (`core.ramp`'s typical swing below pool.forecast.minRateSwing); then
+    explain says why, and research is still withheld for it."""
+    c = forecast_pool({"minRateSwing": min_swing})
+    h = days_of([16] * 24, 2, c.pool.forecast)
+    state = CycleState(forecast={"chat": h})
+    s = EngineSample(3.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)  # 3 waiting on each of 10
+    start = MON + 2 * DAY + 3600.0
+    age = WARM_S + 60 if swing is not None else WARM_S - 60
+    rate_swing = RateSwing(start - age, start, swing or 0.0, 1.0)
+    for now, cal in ((start, None), (start + 5.0, "now")):
+        if now > start:  # the rate's history, as `decide` keeps it for a service with slo:
+            pol = state.policy["chat"]
+            state = replace(state, policy={"chat": replace(pol, rate_swing=rate_swing)})
+        t = [TargetState(f"r{k}", TargetPhase.SERVING, s, now) for k in range(10)]
+        inp = CycleInput(c, {"chat": t}, Capacity(64), now, calendar=now if cal else None)
+        d, state = step(inp, state)
+    sd = d.services["chat"]
+    assert ("forecast" in {v.signal for v in sd.signals}) is used
+    assert sd.desired == (16 if used else 10)
+    if not used:
+        assert "the request rate is smooth (typical swing 0.030 < minRateSwing 0.1)" in (
+            sd.forecast_note
+        )

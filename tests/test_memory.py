@@ -23,14 +23,16 @@ from tests.support.kubeapi import FakeKubeAPI
 EPOCH = 1_715_299_200.0
 
 
-def config(pool: str = "sim", slot: float = 600) -> Config:
+def config(pool: str = "sim", slot: float = 600, min_swing: float = 0.1) -> Config:
+    forecast = {
+        "enabled": True,
+        "minHistoryDays": 0.25,
+        "slotSeconds": slot,
+        "minRateSwing": min_swing,
+    }
     return parse_config(
         {
-            "pool": {
-                "name": pool,
-                "capacity": {"gpus": 64},
-                "forecast": {"enabled": True, "minHistoryDays": 0.25, "slotSeconds": slot},
-            },
+            "pool": {"name": pool, "capacity": {"gpus": 64}, "forecast": forecast},
             "inference": [
                 {
                     "name": "chat",
@@ -73,9 +75,18 @@ def run(
     return out, state
 
 
-def test_restored_memory_decides_like_the_uninterrupted_one() -> None:
+@pytest.mark.parametrize(
+    "min_swing",
+    [
+        pytest.param(0.0, id="the-forecast-raises"),
+        # The ramp is smooth: the forecast stands aside because of the persisted rate swing
+        # (without it, the restarted process would let the forecast raise for an hour).
+        pytest.param(0.1, id="the-forecast-stands-aside-for-a-smooth-rate"),
+    ],
+)
+def test_restored_memory_decides_like_the_uninterrupted_one(min_swing: float) -> None:
     """Two days, one cycle a minute; a restart at 30 h with another monotonic clock."""
-    cfg = config()
+    cfg = config(min_swing=min_swing)
     whole, _ = run(cfg, 0, 2880, CycleState(), 0.0)
     _, st = run(cfg, 0, 1800, CycleState(), 0.0)
     text = memory.dump(st, cfg, mono_now=60.0 * 1799, wall_now=EPOCH + 60.0 * 1799)
@@ -92,7 +103,13 @@ def test_restored_memory_decides_like_the_uninterrupted_one() -> None:
         assert (sa.desired, sa.decided_by, sa.reason) == (sb.desired, sb.decided_by, sb.reason)
         assert sa.slo == sb.slo and a.research == b.research
     # The parts that make the restart matter were in use.
-    assert any(d.services["chat"].decided_by == "forecast" for d in after)
+    if min_swing:
+        a, b = restored.policy["chat"].rate_swing, st.policy["chat"].rate_swing
+        assert a is not None and b is not None and a.typical == pytest.approx(b.typical)
+        assert a.at - a.since == pytest.approx(b.at - b.since)
+        assert any("the request rate is smooth" in d.services["chat"].forecast_note for d in after)
+    else:
+        assert any(d.services["chat"].decided_by == "forecast" for d in after)
     assert any(d.services["chat"].decided_by == "stabilization" for d in after)
     assert restored.policy["chat"].learned.capacity_rps is not None
     assert not restored.had_complete_cycle  # research still waits for fresh data

@@ -37,7 +37,9 @@ def config(waiting: float = 5, *, slo_forecast: bool = False) -> Config:
     if slo_forecast:
         evals = {"maxJobs": 32, "checkpointIntervalSeconds": 600}
         extra_svc = {"slo": {"ttftSeconds": 2, "attainment": 0.95, "windowSeconds": 900}}
-        extra_pool = {"forecast": {"enabled": True, "minHistoryDays": 0.25, "fitHours": 1}}
+        # minRateSwing 0: the scenario's rate is smooth, and the forecast must take part.
+        fc = {"enabled": True, "minHistoryDays": 0.25, "fitHours": 1, "minRateSwing": 0}
+        extra_pool = {"forecast": fc}
         # train first (priority), checkpoints hourly: the morning ramp is within its reach
         ckpt = {"checkpointIntervalSeconds": 3600, "priority": 1, "maxJobs": 32}
     return parse_config(

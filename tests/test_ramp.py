@@ -14,7 +14,16 @@ from scaler.core import ramp
 from scaler.core.cycle import _reactive_need
 from scaler.core.decision import ServiceDecision
 from scaler.core.policy import PolicyState, decide, format_decision
-from scaler.core.ramp import GAP_S, LONG_S, MAX_FACTOR, SHORT_S, RateTrend
+from scaler.core.ramp import (
+    GAP_S,
+    LONG_S,
+    MAX_FACTOR,
+    SHORT_S,
+    SWING_S,
+    WARM_S,
+    RateSwing,
+    RateTrend,
+)
 from scaler.core.slo import Learned, SloEntry
 from tests.test_slo import hist, make_load, make_svc
 
@@ -135,6 +144,73 @@ def test_verdict(
     assert v.replicas > math.ceil(trend.short / capacity)  # asks ahead of the recent rate
     if expected == "capped":
         assert v.replicas == math.ceil(MAX_FACTOR * trend.short / capacity - 1e-9)
+
+
+# (previous, the averages now, now, expected): |ln(short / long)| folded in by the time since.
+_F = 1 - math.exp(-60.0 / SWING_S)
+SWINGS = {
+    "first-trend-starts-at-zero-weight": (
+        None,
+        RateTrend(5.0, 20.0, 10.0),
+        5.0,
+        RateSwing(5.0, 5.0),
+    ),
+    "no-trend-keeps-the-swing": (
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+        None,
+        10.0,
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+    ),
+    "a-zero-rate-keeps-the-swing": (
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+        RateTrend(10.0, 0.0, 3.0),
+        10.0,
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+    ),
+    "weighted-by-the-time-since": (
+        RateSwing(0.0, 100.0, 0.1, 0.2),
+        RateTrend(160.0, 20.0, 10.0),
+        160.0,
+        RateSwing(0.0, 160.0, 0.1 + _F * (math.log(2.0) - 0.1), 0.2 + _F * 0.8),
+    ),
+    "a-clock-going-back-starts-afresh": (
+        RateSwing(0.0, 100.0, 0.1, 0.2),
+        RateTrend(50.0, 20.0, 10.0),
+        50.0,
+        RateSwing(50.0, 50.0),
+    ),
+}
+
+
+@pytest.mark.parametrize(("prev", "trend", "now", "expected"), SWINGS.values(), ids=SWINGS.keys())
+def test_swing(
+    prev: RateSwing | None, trend: RateTrend | None, now: float, expected: RateSwing
+) -> None:
+    assert ramp.swing(prev, trend, now) == pytest.approx(expected)
+
+
+def test_a_bursty_rate_swings_more_than_a_smooth_one_and_only_once_known() -> None:
+    """The typical swing (what `pool.forecast.minRateSwing` reads): unknown for WARM_S, then
+    small for a rate that drifts slowly, large for one that jumps every few minutes."""
+
+    def smooth(s: float) -> float:  # a daily curve
+        return 10.0 * (1.5 + math.sin(2 * math.pi * s / 86400))
+
+    def bursty(s: float) -> float:  # 4 minutes at 4x, then 8 at 1x
+        return 10.0 * (4.0 if (s // 240) % 3 == 0 else 1.0)
+
+    def typical(rate_at: Callable[[float], float], seconds: float) -> float | None:
+        trend, sw = None, None
+        for i in range(int(seconds / 5.0) + 1):
+            trend = ramp.observe(trend, rate_at(i * 5.0), i * 5.0)
+            sw = ramp.swing(sw, trend, i * 5.0)
+        assert sw is not None
+        return sw.typical
+
+    assert typical(smooth, WARM_S - 60) is None
+    calm, rough = typical(smooth, 3 * WARM_S), typical(bursty, 3 * WARM_S)
+    assert calm is not None and rough is not None
+    assert calm < 0.1 < rough
 
 
 # --- through decide and the cycle -------------------------------------------------------

@@ -82,6 +82,9 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if cal is not None:
             p = forecast.predict(hist, fc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
+            calm = _smooth_rate(prev.policy.get(svc.name), fc)
+            if ahead is not None and calm is not None:
+                ahead, note = None, f"{note}; not used: {calm}"
         d, policy[svc.name] = decide(
             svc, load, prev.policy.get(svc.name), now, forecast=ahead, lead_s=lead
         )
@@ -148,6 +151,18 @@ def _forecast_verdict(
         return SignalVerdict("forecast", hold, hold, hold, note=note), note
     pct = f"{fc.minAboveLoadFraction:.0%}"
     return None, f"{p.note}: {p.replicas} is within the load's own {pct} of {asked} (not used)"
+
+
+def _smooth_rate(pol: PolicyState | None, fc: Forecast) -> str | None:
+    """Why the forecast does not raise for this service (its request rate is smooth enough
+    for the reactive signals to follow), or None (bursty, or the swing not known yet)."""
+    swing = pol.rate_swing.typical if pol is not None and pol.rate_swing is not None else None
+    if swing is None or swing >= fc.minRateSwing:
+        return None
+    return (
+        f"the request rate is smooth (typical swing {swing:.3f} < minRateSwing "
+        f"{fc.minRateSwing:g}): the reactive signals follow it"
+    )
 
 
 def _above(replicas: int, fraction: float) -> int:

@@ -1,7 +1,8 @@
 """The control loop's memory as a versioned JSON document, so a restart keeps it.
 
 What survives: per service the policy's memory (stabilization window, last raise, learned
-batch, the slo signal's window and learned capacity) and the forecast history; for the pool
+batch, the slo signal's window and learned capacity, how much the request rate swings) and
+the forecast history; for the pool
 the measured research give-backs (core.giveback; kept at any age: new deletions replace
 them, and pods being deleted across the restart are seen again from the API). What does
 not: the adaptive reserve's recent history, and the "one complete cycle" gate (research
@@ -31,6 +32,7 @@ from scaler.core.cycle import CycleState
 from scaler.core.forecast import DAY, History
 from scaler.core.giveback import GiveBack
 from scaler.core.policy import PolicyState
+from scaler.core.ramp import RateSwing
 from scaler.core.slo import MAX_BIN, Learned, SloEntry
 
 KIND = "gpu-pool-scaler/state"
@@ -77,6 +79,9 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
                     "changedAt": w(p.learned.changed_at),
                 },
             }
+            rs = p.rate_swing
+            if rs is not None:
+                entry["policy"]["rateSwing"] = [w(rs.since), w(rs.at), rs.total, rs.weight]
         h = state.forecast.get(svc.name)
         if h is not None:
             entry["forecast"] = {
@@ -182,6 +187,17 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
         if not 0 <= k <= MAX_BIN or good > total:
             raise Invalid(f"{what} is out of range")
         bins.append((k, good, total))
+    rate_swing = None
+    if d.get("rateSwing") is not None:
+        what = f"{name}.rateSwing"
+        row = _list(d["rateSwing"], what)
+        if len(row) != 4:
+            raise Invalid(f"{what} is not [since, at, total, weight]")
+        since, last = at(row[0], f"{what} since"), at(row[1], f"{what} at")
+        total, weight = _num(row[2], f"{what} total", lo=0), _num(row[3], f"{what} weight", lo=0)
+        if since > last or weight > 1:
+            raise Invalid(f"{what} is out of range")
+        rate_swing = RateSwing(since, last, total, weight)
     desired = d.get("desired")
     updated = t(d.get("updatedAt"), f"{name}.updatedAt")
     if updated is None:
@@ -202,6 +218,7 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
             bins=tuple(sorted(bins)),
             binned_at=t(learned.get("binnedAt"), f"{name}.learned.binnedAt"),
         ),
+        rate_swing=rate_swing,
     )
 
 

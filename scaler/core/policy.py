@@ -28,7 +28,7 @@ from scaler.core import slo as slo_signal
 from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
 from scaler.core.ewma import ewma
 from scaler.core.load import ServiceLoad
-from scaler.core.ramp import RateTrend
+from scaler.core.ramp import RateSwing, RateTrend
 from scaler.core.slo import Learned, SloEntry
 
 # The queue signal scales down only when waiting per replica is below this fraction of its
@@ -75,6 +75,9 @@ class PolicyState:
     smoothed: Smoothed | None = None
     # Moving averages of the request rate for the ramp signal (`core.ramp`); not persisted.
     trend: RateTrend | None = None
+    # How much the request rate swings (`core.ramp`; the forecast raises only for a rate
+    # that swings, `pool.forecast.minRateSwing`); persisted.
+    rate_swing: RateSwing | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,11 +374,13 @@ def decide(
         )
     sizes = svc.slo is not None and slo_status is not None and slo_signal.sizes(svc.slo, slo_status)
     trend = prev.trend if prev is not None else None
+    rate_swing = prev.rate_swing if prev is not None else None
     ramp_verdict = None
     if svc.slo is not None and slo_status is not None and slo_status.attainment is not None:
         # Only rates the objective is measured at (at least `minRequests` in the window): a
         # lower one is too noisy to read a ramp from, and the averages start there.
         trend = ramp.observe(trend, load.requests_per_s, now)
+        rate_swing = ramp.swing(rate_swing, trend, now)
         ramp_verdict = ramp.verdict(
             trend, learned.capacity_rps, lead_s, svc.slo.rampDoublingSeconds
         )
@@ -499,6 +504,7 @@ def decide(
         learned=learned,
         smoothed=smoothed,
         trend=trend,
+        rate_swing=rate_swing,
     )
     decision = _decision(
         svc,
@@ -622,6 +628,7 @@ def _hold(
         learned=prev.learned if prev else Learned(),
         smoothed=prev.smoothed if prev else None,
         trend=prev.trend if prev else None,
+        rate_swing=prev.rate_swing if prev else None,
     )
     decision = _decision(svc, load, desired, reason, verdicts, fresh=False, by=by, recommended=None)
     return decision, state
