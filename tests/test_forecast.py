@@ -495,8 +495,9 @@ def test_the_forecast_raises_only_for_a_rate_that_swings(
 ) -> None:
     """A forecast of 16 over a load asking 10: used unless the service's request rate is
     known to be smooth (`core.ramp`'s typical swing below pool.forecast.minRateSwing); then
-    explain says why, and research is still withheld for it."""
-    c = forecast_pool({"minRateSwing": min_swing})
+    explain says why, and research is still withheld for it. Where it is used for a rate
+    known to swing, the ramp signal stands aside."""
+    c = forecast_pool({"minRateSwing": min_swing}, slo={"ttftSeconds": 2})
     h = days_of([16] * 24, 2, c.pool.forecast)
     state = CycleState(forecast={"chat": h})
     s = EngineSample(3.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)  # 3 waiting on each of 10
@@ -517,3 +518,6 @@ def test_the_forecast_raises_only_for_a_rate_that_swings(
         assert "the request rate is smooth (typical swing 0.030 < minRateSwing 0.1)" in (
             sd.forecast_note
         )
+    # The ramp signal stands aside where the forecast covers a rate known to swing.
+    aside = "the ramp signal stands aside: the forecast covers a rate that swings"
+    assert (aside in sd.forecast_note) is (used and swing is not None)

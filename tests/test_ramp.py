@@ -216,7 +216,9 @@ def test_a_bursty_rate_swings_more_than_a_smooth_one_and_only_once_known() -> No
 # --- through decide and the cycle -------------------------------------------------------
 
 
-def ramp_run(doubling_s: float, lead_s: float = LEAD) -> list[tuple[ServiceDecision, PolicyState]]:
+def ramp_run(
+    doubling_s: float, lead_s: float = LEAD, aside: str | None = None
+) -> list[tuple[ServiceDecision, PolicyState]]:
     """A service that meets its objective while its request rate doubles every 20 min;
     capacity learned at 1 req/s per replica. Replicas follow the target at once."""
     svc = make_svc(rampDoublingSeconds=doubling_s)
@@ -226,7 +228,7 @@ def ramp_run(doubling_s: float, lead_s: float = LEAD) -> list[tuple[ServiceDecis
         now = 5.0 * i
         rps = 3.0 * 2 ** (now / 1200)
         load = make_load(MET, rps, ready=ready, running=rps)
-        d, state = decide(svc, load, state, now, lead_s=lead_s)
+        d, state = decide(svc, load, state, now, lead_s=lead_s, ramp_aside=aside)
         if i == 0:
             state = replace(state, learned=Learned(capacity_rps=1.0))
         out.append((d, state))
@@ -245,6 +247,14 @@ def test_a_steep_ramp_raises_ahead_of_the_rate_and_explain_says_so() -> None:
     # Raised while the slo signal alone (the last window's rate) asked less.
     (slo,) = [v for v in d_on.signals if v.signal == "slo"]
     assert slo.replicas < d_on.desired
+
+
+def test_standing_aside_the_ramp_asks_nothing_and_the_averages_go_on() -> None:
+    """`core.cycle` sets it aside where the forecast covers a rate that swings."""
+    on, aside = ramp_run(7200.0), ramp_run(7200.0, aside="the forecast covers it")
+    assert not any(v.signal == "ramp" for d, _ in aside for v in d.signals)
+    assert aside[-1][0].desired < on[-1][0].desired
+    assert aside[-1][1].trend == on[-1][1].trend  # back in, it reads the rise at once
 
 
 def test_the_projection_is_never_a_recorded_need() -> None:

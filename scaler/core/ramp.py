@@ -23,7 +23,9 @@ average of |ln(short / long)| over `SWING_S` (6 h), known once `WARM_S` of rates
 bursty service's rate swings ~10x more than a smooth one's (coding week: 0.16-1.4,
 median 0.35; ServeGen: 0.016-0.13, median 0.03; conversation week 0.02-0.05);
 `core.cycle` lets the forecast raise ahead only for a rate that swings
-(`pool.forecast.minRateSwing`). Unlike the averages, the swing is persisted.
+(`pool.forecast.minRateSwing`), and sets this signal aside where the forecast predicts
+for such a rate: its bursts read as rises here, and the forecast sees its real ramps.
+Unlike the averages, the swing is persisted.
 
 What it asks is a projection, not a need: the forecast's history and the adaptive reserve
 never record it (`need` 0), and the stabilization window holds it like any other ask. It
