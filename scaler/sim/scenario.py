@@ -34,6 +34,7 @@ from scaler.sim.profile import ReplicaSpec
 from scaler.sim.replica import ReplicaPool, RequestLog, Router
 from scaler.sim.workload import (
     DAY,
+    RateCurve,
     Workload,
     load_curve,
     make_workload,
@@ -282,28 +283,35 @@ def expand_policies(scn: Scenario, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def scenario_workload(scn: Scenario) -> tuple[RateCurve, Calibration, float, Workload]:
+    """The scenario's rate curve, calibration, peak request rate and requests (the lead-in
+    of `warmup_s` included): what every policy of `run_scenario` is replayed on."""
+    curve = load_curve(scn.trace)
+    if scn.shuffle_days:
+        curve = shuffle_days(curve, np.random.default_rng([scn.seed, 5]))
+    cal = calibrate(scn, curve.lengths)
+    peak = cal.per_replica_rps * scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica
+    w = make_workload(
+        curve,
+        start_s=scn.start_day * DAY,
+        duration_s=scn.days * DAY,
+        peak_rps=peak,
+        rng=np.random.default_rng([scn.seed, 1]),
+        burst=scn.burst,
+        lead_in_s=scn.warmup_s,
+    )
+    return curve, cal, peak, w
+
+
 def run_scenario(
     scn: Scenario,
     policies: tuple[str, ...] = POLICY_NAMES,
     progress: Callable[[str, float], None] | None = None,
     jobs: int = 1,
 ) -> ScenarioRun:
-    curve = load_curve(scn.trace)
-    if scn.shuffle_days:
-        curve = shuffle_days(curve, np.random.default_rng([scn.seed, 5]))
     pool_config(scn, Calibration(1.0, 1, 1.0, 1.0, 0.0))  # bad thresholds fail before the work
-    cal = calibrate(scn, curve.lengths)
-    peak = cal.per_replica_rps * scn.peak_fraction * scn.pool_gpus / scn.gpus_per_replica
+    curve, cal, peak, w = scenario_workload(scn)
     t0, t1 = -scn.warmup_s, scn.days * DAY
-    w = make_workload(
-        curve,
-        start_s=scn.start_day * DAY,
-        duration_s=t1,
-        peak_rps=peak,
-        rng=np.random.default_rng([scn.seed, 1]),
-        burst=scn.burst,
-        lead_in_s=scn.warmup_s,
-    )
     cfg = pool_config(scn, cal)
     pols, static_n = make_policies(scn, cfg, cal, w, t0, t1)
     policies = expand_policies(scn, policies)
