@@ -185,9 +185,9 @@ class Forecast(_Model):
     # average)|, `core.ramp`; services with `slo:`, once an hour of rates is in) is bursty:
     # the forecast raises ahead for it, and the ramp signal stands aside while the forecast
     # predicts. A smoother rate is followed by the reactive and ramp signals, and the
-    # forecast's raises there only cost research (bench: ServeGen 0.016-0.13, conversation
-    # week 0.02-0.05; coding week 0.16-1.4). Withholding research stays. 0 = every service.
-    minRateSwing: Annotated[float, Field(ge=0)] = 0.15
+    # forecast's raises there only cost research (bench: ServeGen 0.02-0.09, conversation
+    # week 0.025-0.05; coding week 0.16-0.86). Withholding research stays. 0 = every service.
+    minRateSwing: Annotated[float, Field(ge=0)] = 0.12
 
     @model_validator(mode="after")
     def _consistent(self) -> Forecast:

@@ -19,9 +19,9 @@ keeps a burst of seconds from reading as a ramp; on the bursty coding week the s
 roughly neutral, within that week's run-to-run noise (docs/bench.md).
 
 The same averages measure how much the rate swings (`RateSwing`): the time-weighted
-average of |ln(short / long)| over `SWING_S` (6 h), known once `WARM_S` of rates is in. A
-bursty service's rate swings ~10x more than a smooth one's (coding week: 0.16-1.4,
-median 0.35; ServeGen: 0.016-0.13, median 0.03; conversation week 0.02-0.05);
+average of |ln(short / long)| over `SWING_S` (a day), known once `WARM_S` of rates is in. A
+bursty service's rate swings ~10x more than a smooth one's (coding week: 0.16-0.86,
+median 0.37; ServeGen: 0.02-0.09, median 0.04; conversation week 0.025-0.05);
 `core.cycle` lets the forecast raise ahead only for a rate that swings
 (`pool.forecast.minRateSwing`), and sets this signal aside where the forecast predicts
 for such a rate: its bursts read as rises here, and the forecast sees its real ramps.
@@ -50,7 +50,9 @@ SHORT_S = 300.0  # the recent rate: long enough that a burst of seconds moves it
 LONG_S = 1200.0  # the rate the rise is measured from
 MAX_FACTOR = 2.0  # the projection asks at most twice what the recent rate needs
 GAP_S = 120.0  # no rate for longer: both averages start afresh at the next one
-SWING_S = 21600.0  # the typical swing |ln(short / long)|: a 6-hour average
+# The typical swing |ln(short / long)|: a day-long average, so that a smooth service's
+# largest ramp weighs in little (ServeGen's most: 0.09 over a day, 0.13 over 6 h).
+SWING_S = 86400.0
 WARM_S = 3600.0  # the typical swing is known once rates have been folded in this long
 
 _EPS = 1e-9
