@@ -19,7 +19,7 @@ import numpy as np
 from bench.simulate import parse_args
 from scaler.core import ramp
 from scaler.sim.scenario import scenario_workload
-from scaler.sim.workload import Workload
+from scaler.sim.workload import DAY, Workload
 
 WINDOW_S = 300.0  # the slo signal's default window: the rate it hands the ramp signal
 
@@ -42,7 +42,7 @@ def typical_swings(w: Workload, t0: float, t1: float, dt: float) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     scn, _ = parse_args(argv)
     curve, _, _, w = scenario_workload(scn)
-    s = typical_swings(w, -scn.warmup_s, scn.days * 86400.0, scn.timing.scrape_interval_s)
+    s = typical_swings(w, -scn.warmup_s, scn.days * DAY, scn.timing.scrape_interval_s)
     s = s[~np.isnan(s)]
     if s.size == 0:
         print("error: too short to know the swing (needs an hour of rates)", file=sys.stderr)

@@ -217,7 +217,7 @@ def test_a_bursty_rate_swings_more_than_a_smooth_one_and_only_once_known() -> No
 
 
 def ramp_run(
-    doubling_s: float, lead_s: float = LEAD, aside: str | None = None
+    doubling_s: float, lead_s: float = LEAD, aside: bool = False
 ) -> list[tuple[ServiceDecision, PolicyState]]:
     """A service that meets its objective while its request rate doubles every 20 min;
     capacity learned at 1 req/s per replica. Replicas follow the target at once."""
@@ -251,7 +251,7 @@ def test_a_steep_ramp_raises_ahead_of_the_rate_and_explain_says_so() -> None:
 
 def test_standing_aside_the_ramp_asks_nothing_and_the_averages_go_on() -> None:
     """`core.cycle` sets it aside where the forecast covers a rate that swings."""
-    on, aside = ramp_run(7200.0), ramp_run(7200.0, aside="the forecast covers it")
+    on, aside = ramp_run(7200.0), ramp_run(7200.0, aside=True)
     assert not any(v.signal == "ramp" for d, _ in aside for v in d.signals)
     assert aside[-1][0].desired < on[-1][0].desired
     assert aside[-1][1].trend == on[-1][1].trend  # back in, it reads the rise at once

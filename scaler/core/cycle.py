@@ -79,7 +79,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if fc.enabled and not svc.forecast:
             note = "off for this service (forecast: false): reactive only"
         lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
-        ramp_aside = None
+        ramp_aside = False
         if cal is not None:
             p = forecast.predict(hist, fc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
@@ -87,12 +87,15 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
             calm = _smooth_rate(swing, fc)
             if ahead is not None and calm is not None:
                 ahead, note = None, f"{note}; not used: {calm}"
-            if p.replicas is not None and calm is None and swing is not None and svc.slo:
+            if p.replicas is not None and calm is None and swing is not None:
                 # The bursts of a rate that swings read as rises: the ramp signal's
                 # projections of them preempted research (coding week, --seed 2: 3.6 % of
                 # the harvest lost, 2.4 % with it aside); the forecast sees its real ramps.
-                ramp_aside = f"the forecast covers a rate that swings ({swing:.2f})"
-                note = f"{note}; the ramp signal stands aside: {ramp_aside}"
+                ramp_aside = True
+                note = (
+                    f"{note}; the ramp signal stands aside: the forecast covers a rate "
+                    f"that swings ({swing:.2f})"
+                )
         d, policy[svc.name] = decide(
             svc,
             load,

@@ -340,7 +340,7 @@ def decide(
     *,
     forecast: SignalVerdict | None = None,
     lead_s: float = 0.0,
-    ramp_aside: str | None = None,
+    ramp_aside: bool = False,
 ) -> tuple[ServiceDecision, PolicyState]:
     """One cycle's target for one service and the state to pass back next cycle.
 
@@ -352,8 +352,8 @@ def decide(
     of a ramp, one more signal that can only add (never read when data is missing).
     `lead_s`: how long a replica asked now takes to be Ready (cold start + the research
     give-back), how far ahead the ramp signal (`core.ramp`) projects the request rate.
-    `ramp_aside`: why the ramp signal asks nothing this cycle (`core.cycle`: the forecast
-    covers a rate that swings), or None.
+    `ramp_aside`: the ramp signal asks nothing this cycle (`core.cycle`: the forecast covers
+    a rate that swings; its averages and the swing are still fed).
     """
     lo, hi = svc.minReplicas, svc.maxReplicas
     prev_desired = prev.desired if prev is not None else None
@@ -384,11 +384,10 @@ def decide(
         # lower one is too noisy to read a ramp from, and the averages start there.
         trend = ramp.observe(trend, load.requests_per_s, now)
         rate_swing = ramp.swing(rate_swing, trend, now)
-        ramp_verdict = ramp.verdict(
-            trend, learned.capacity_rps, lead_s, svc.slo.rampDoublingSeconds
-        )
-        if ramp_aside is not None:
-            ramp_verdict = None
+        if not ramp_aside:
+            ramp_verdict = ramp.verdict(
+                trend, learned.capacity_rps, lead_s, svc.slo.rampDoublingSeconds
+            )
         if ramp_verdict is not None and slo_verdict is not None and slo_verdict.calm is not None:
             # While the slo signal holds an answered breach, the scale-down window keeps only
             # the rate's ask: a burst that breached also reads as a rise, and holding its
