@@ -18,6 +18,7 @@ from pathlib import Path
 
 from scaler.config import ConfigError
 from scaler.sim.engine import PoolTiming
+from scaler.sim.kube import PLACEMENTS
 from scaler.sim.policies import POLICY_NAMES
 from scaler.sim.report import write
 from scaler.sim.scenario import Scenario, run_scenario
@@ -77,6 +78,14 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--slo", type=float, default=2.0, help="TTFT SLO (s)")
     p.add_argument("--reserve-gpus", type=int, default=4)
+    p.add_argument(
+        "--placement",
+        choices=PLACEMENTS,
+        default="pack",
+        help="where the scheduler binds pods: pack = the fewest GPUs left over "
+        "(kube-scheduler with a MostAllocated profile on nvidia.com/gpu, docs/install.md); "
+        "spread = the most GPUs free (kube-scheduler's default LeastAllocated)",
+    )
     sigterm = p.add_mutually_exclusive_group()
     sigterm.add_argument(
         "--checkpoint-on-sigterm",
@@ -198,6 +207,7 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         seed=a.seed,
         slo_ttft_s=a.slo,
         reserve_gpus=a.reserve_gpus,
+        placement=a.placement,
         burst=a.burst,
         ours_slo=not a.no_slo,
         ours_forecast=not a.no_forecast,

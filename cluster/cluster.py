@@ -508,6 +508,44 @@ phase: Failed
 }
 
 
+BINPACK_SCHEDULER = "gpu-binpack"  # the second profile: GPUs packed (docs/install.md)
+
+
+def scheduler_config(path: Path, kubeconfig: Path) -> None:
+    """kube-scheduler's configuration: the default profile untouched (`default-scheduler`,
+    LeastAllocated on cpu and memory: pods spread) and BINPACK_SCHEDULER, the profile
+    docs/install.md recommends for a GPU pool (MostAllocated on nvidia.com/gpu: the
+    fewest GPUs left over). Pods pick one with `schedulerName`; e2e scenario 11 checks
+    where each binds against the bench's simulated scheduler."""
+    import yaml
+
+    cfg = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "enableProfiling": False,
+        "profiles": [
+            {"schedulerName": "default-scheduler"},
+            {
+                "schedulerName": BINPACK_SCHEDULER,
+                "pluginConfig": [
+                    {
+                        "name": "NodeResourcesFit",
+                        "args": {
+                            "scoringStrategy": {
+                                "type": "MostAllocated",
+                                "resources": [{"name": "nvidia.com/gpu", "weight": 1}],
+                            }
+                        },
+                    }
+                ],
+            },
+        ],
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+
 def kwok_config(path: Path, pod_stages: str) -> None:
     """kwok needs its Stage objects in a config file; take them from the kwok module
     (the same ones kwokctl uses), not from a copy in this repo."""
@@ -907,18 +945,18 @@ def up(args: argparse.Namespace) -> int:
         ],
     )
     sched_kc = st.kubeconfigs / "scheduler.kubeconfig"
+    sched_cfg = st.root / "scheduler.yaml"
+    scheduler_config(sched_cfg, sched_kc)
     st.start(
         "kube-scheduler",
         [
             bins["kube-scheduler"],
-            f"--kubeconfig={sched_kc}",
+            f"--config={sched_cfg}",  # carries the kubeconfig, leader election, profiling
             f"--authentication-kubeconfig={sched_kc}",
             f"--authorization-kubeconfig={sched_kc}",
             f"--bind-address={LOOPBACK}",
             f"--secure-port={ports['scheduler']}",
             f"--cert-dir={st.root / 'scheduler-certs'}",
-            "--leader-elect=false",
-            "--profiling=false",
         ],
     )
     kwok_cfg = st.root / "kwok.yaml"

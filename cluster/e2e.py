@@ -39,6 +39,9 @@ scenario passed.
  10 give-back  the chart's default (subtractForeignPods off): giveBack.namespaces and a
                Role on the research namespace's pods; a second scaler as the chart's
                ServiceAccount measures research pods that take up to 30 s to leave.
+ 11 placement  where kube-scheduler binds research pods that fit on two nodes: the
+               default profile spreads them, the bin-packing one (docs/install.md) packs
+               them; the bench's simulated scheduler does the same for each placement.
 """
 
 from __future__ import annotations
@@ -1132,8 +1135,16 @@ def kwok_pod(
     pool: str,
     grace: int = 0,
     finalizer: str | None = None,
+    scheduler: str | None = None,
+    host_share: bool = False,
 ) -> dict[str, Any]:
-    """A GPU pod for kwok nodes of `pool`; `node` places it directly (no scheduling choice)."""
+    """A GPU pod for kwok nodes of `pool`; `node` places it directly (no scheduling choice).
+    `scheduler`: the kube-scheduler profile (schedulerName); `host_share`: it also requests
+    the node's CPU and memory in proportion to its GPUs, as a real GPU pod does (what the
+    default profile's LeastAllocated scores)."""
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if host_share:  # the kwok nodes: 64 CPUs, 512 Gi for 8 GPUs
+        resources["requests"] = {"cpu": str(8 * gpus), "memory": f"{64 * gpus}Gi"}
     spec: dict[str, Any] = {
         "priorityClassName": pc,
         "terminationGracePeriodSeconds": grace,
@@ -1145,13 +1156,15 @@ def kwok_pod(
             {
                 "name": "c",
                 "image": "fake.invalid/job:kwok",
-                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                "resources": resources,
             }
         ],
     }
     meta: dict[str, Any] = {"name": name}
     if node is not None:
         spec["nodeName"] = node
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
     if finalizer is not None:
         meta["finalizers"] = [finalizer]
     return {"metadata": meta, "spec": spec}
@@ -1324,6 +1337,81 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
         ),
         "simulated_bound_at_s": [a.bound_at - 100.0, b.bound_at - 100.0],
     }
+
+
+PLACE_NS = "gps-placement"
+PLACE_RESEARCH = 4  # 1-GPU research pods created one after the other
+# (kube-scheduler profile, the bench's placement it must match, what both must give)
+PLACE_PROFILES = [
+    ("default-scheduler", "spread", [1] * PLACE_RESEARCH),
+    (cluster.BINPACK_SCHEDULER, "pack", [0] * PLACE_RESEARCH),
+]
+
+
+def s11_placement(c: Ctx) -> dict[str, Any]:
+    """Where kube-scheduler binds pods that fit on more than one node, per profile, against
+    the bench's simulated scheduler (`scaler.sim.kube.Cluster(placement=...)`). Two nodes
+    per profile: a 4-GPU inference pod on the first, then 1-GPU research pods one by one.
+    The default profile spreads them to the emptier node; the bin-packing profile
+    (docs/install.md) fills the first, keeping the second whole for the next replica."""
+    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
+
+    core = c.api.core
+    research_pc = "e2e-place-research"
+    pools = {placement: f"placement-{placement}" for _, placement, _ in PLACE_PROFILES}
+    node_sets = {
+        "spread": side_setup(
+            c, PLACE_NS, {research_pc: -100}, "place-s", pools["spread"], "placement"
+        )
+    }
+    packed = cluster.create_nodes(core.api_client, 2, 8, prefix="place-p", pool=pools["pack"])
+    for n in packed:
+        c.cleanup.append(partial(core.delete_node, n))
+    wait(
+        "the two bin-packing nodes are Ready",
+        lambda: cluster.nodes_ready(core.api_client, packed),
+        120,
+    )
+    node_sets["pack"] = packed
+
+    def bound_node(name: str) -> str | None:
+        return core.read_namespaced_pod(name, PLACE_NS).spec.node_name
+
+    def running(name: str) -> bool:
+        return bool(core.read_namespaced_pod(name, PLACE_NS).status.phase == "Running")
+
+    out: dict[str, Any] = {}
+    for profile, placement, expected in PLACE_PROFILES:
+        nodes, pool = node_sets[placement], pools[placement]
+        pod = partial(kwok_pod, pool=pool, scheduler=profile, host_share=True)
+        inf = f"{placement}-inference"
+        core.create_namespaced_pod(PLACE_NS, pod(inf, f"{FULL}-inference", 4, nodes[0]))
+        wait(f"{inf} Running", partial(running, inf), 60)
+        time.sleep(1.0)  # the scheduler's informer has seen it too
+        real: list[int] = []
+        for i in range(PLACE_RESEARCH):
+            name = f"{placement}-research-{i}"
+            core.create_namespaced_pod(PLACE_NS, pod(name, research_pc, 1, None))
+            node = wait(f"{name} bound ({profile})", partial(bound_node, name), 60)
+            real.append(nodes.index(node))
+        # The same pods in the simulated cluster (its first pod lands on node 0 unpinned).
+        sim = Cluster(16, 8, placement)
+        sim.submit(Pod("inference", 4, INFERENCE_PRIORITY, 0.0))
+        simulated: list[int] = []
+        for i in range(PLACE_RESEARCH):
+            p = Pod("research", 1, -100, 1.0 + i)
+            sim.submit(p)
+            sim.schedule(1.0 + i, 0.0)
+            simulated.append(p.node)
+        if real != simulated:
+            raise Failed(
+                f"{profile}: kube-scheduler bound the research pods to nodes {real}, the "
+                f"simulated scheduler (placement {placement!r}) to {simulated}"
+            )
+        if real != expected:
+            raise Failed(f"{profile}: research pods on nodes {real}, expected {expected}")
+        out[profile] = {"placement": placement, "research_nodes": real}
+    return out
 
 
 GB_GRACE = 30  # grace period of the give-back probes: each leaves Running ~30 s after its delete
@@ -1510,6 +1598,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("8-preemption-order", s8_preemption_order),
     ("9-nominated-wait", s9_nominated_wait),
     ("10-give-back", s10_give_back),
+    ("11-placement", s11_placement),
 ]
 
 

@@ -661,6 +661,26 @@ def test_research_priority_classes_evict_what_is_cheapest_to_lose_first(
         assert pod["priorityClassName"] == prefix + name
 
 
+def test_research_pods_keep_the_scheduler_profile_their_template_names(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """docs/install.md "Pack GPUs": research pods select the bin-packing kube-scheduler
+    profile through their jobTemplate; the chart must pass `schedulerName` through (the
+    class without one stays on the default scheduler)."""
+    packed = _research_class("eval", 1, 600)
+    packed["scaledJob"]["jobTemplate"]["spec"]["schedulerName"] = "gpu-binpack"
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"research": [packed, _research_class("plain", 4, 1200)]}))
+    docs = helm.render(CHART / "ci" / "minimal-values.yaml", f)
+    got = {
+        ours(sj)["metadata"]["researchClass"]: sj["spec"]["jobTargetRef"]["template"]["spec"].get(
+            "schedulerName"
+        )
+        for sj in objs(docs, "ScaledJob")
+    }
+    assert got == {"eval": "gpu-binpack", "plain": None}
+
+
 @pytest.mark.parametrize(
     ("pc_values", "want"),
     [

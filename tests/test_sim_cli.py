@@ -23,6 +23,7 @@ def test_defaults_are_the_documented_default_scenario() -> None:
     )
     assert scn.spec.model.name == "Meta-Llama-3-70B" and scn.cold_start_s == 120.0
     assert scn.ours_thresholds == ()  # the product's defaults
+    assert scn.placement == "pack"  # kube-scheduler with GPU bin packing (docs/install.md)
     assert scn.timing.research_sigterm_checkpoint_s is None
     assert scn.timing.research_sigterm_exit_s is None
     assert a.policies.split(",") == [
@@ -41,7 +42,7 @@ def test_every_option_is_applied() -> None:
             "--seed 9 --slo 1.5 --reserve-gpus 8 --checkpoint-on-sigterm 60 --burst poisson "
             "--thresholds waitingPerReplica=2,tokensPerSecondPerReplica=auto "
             "--ours-hpa-tolerance 0.1 --ours-scale-down 900 "
-            "--adaptive-reserve 16 --jobs 2 --out /tmp/x"
+            "--adaptive-reserve 16 --placement spread --jobs 2 --out /tmp/x"
         )
     )
     assert (scn.trace, scn.days, scn.start_day, scn.pool_gpus, scn.gpus_per_replica) == (
@@ -59,6 +60,7 @@ def test_every_option_is_applied() -> None:
     )
     assert (scn.ours_hpa_tolerance, scn.ours_scale_down_s) == (0.1, 900.0)
     assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
+    assert scn.placement == "spread"
 
 
 def test_exit_on_sigterm_frees_the_gpus_and_keeps_the_loss() -> None:
@@ -88,8 +90,17 @@ def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
         ["--trace", "x"],
         ["--checkpoint-on-sigterm", "60", "--exit-on-sigterm", "5"],
         ["--exit-on-sigterm", "700"],
+        ["--placement", "random"],
     ],
-    ids=["days", "pool", "thresholds", "trace", "checkpoint-and-exit", "exit-after-grace"],
+    ids=[
+        "days",
+        "pool",
+        "thresholds",
+        "trace",
+        "checkpoint-and-exit",
+        "exit-after-grace",
+        "placement",
+    ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as e:
@@ -108,3 +119,19 @@ def test_parallel_jobs_give_the_same_results_as_one_process(tmp_path: Path) -> N
     one, two = (json.loads((tmp_path / j / "results.json").read_text()) for j in ("1", "2"))
     assert one["policies"] == two["policies"]
     assert one["policies"]["ours"]["inference_gpu_hours"] > 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "placement", "words"),
+    [
+        pytest.param([], "pack", "pods packed", id="default-pack"),
+        pytest.param(["--placement", "spread"], "spread", "pods spread", id="spread"),
+    ],
+)
+def test_placement_reaches_the_results_and_the_report(
+    tmp_path: Path, argv: list[str], placement: str, words: str
+) -> None:
+    out = tmp_path / placement
+    assert main(["--days", "0.01", "--policies", "static-peak", *argv, "--out", str(out)]) == 0
+    assert json.loads((out / "results.json").read_text())["scenario"]["placement"] == placement
+    assert f"Nodes of 8 GPUs, {words}" in (out / "report.md").read_text()

@@ -258,6 +258,51 @@ def test_research_priorities(
     assert research_priorities(classes) == values
 
 
+# A 4-GPU inference pod, then 1-GPU research pods, then a 4-GPU one, on two 8-GPU nodes:
+# where each binds. "spread" matches kube-scheduler's default profile, "pack" its
+# MostAllocated profile on nvidia.com/gpu (both checked on the real one: e2e scenario 11).
+@pytest.mark.parametrize(
+    ("placement", "nodes"),
+    [
+        pytest.param("pack", [0, 0, 0, 0, 0, 1], id="pack-fills-the-first-node"),
+        pytest.param("spread", [0, 1, 1, 1, 1, 0], id="spread-to-the-emptier-node"),
+    ],
+)
+def test_placement(placement: str, nodes: list[int]) -> None:
+    c = Cluster(16, 8, placement)
+    pods = [Pod("inference", 4, INFERENCE_PRIORITY, 0.0)]
+    pods += [research_pod(1, 1.0 + i) for i in range(4)]
+    pods += [Pod("inference", 4, INFERENCE_PRIORITY, 5.0)]
+    for i, p in enumerate(pods):
+        c.submit(p)
+        assert c.schedule(float(i), 30.0) == ([p], [])
+    assert [p.node for p in pods] == nodes
+
+
+def test_placement_spread_leaves_no_node_whole_for_the_next_replica() -> None:
+    """The cost the bench measures: after a replica and six 1-GPU research pods, 6 GPUs
+    are free either way; packed, one node keeps 6 and the next replica binds; spread,
+    no node has 4 and it preempts."""
+    got = {}
+    for placement in ("pack", "spread"):
+        c = Cluster(16, 8, placement)
+        for p in [Pod("inference", 4, INFERENCE_PRIORITY, 0.0)] + [
+            research_pod(1, 1.0 + i) for i in range(6)
+        ]:
+            c.submit(p)
+            c.schedule(p.created, 30.0)
+        inf = Pod("inference", 4, INFERENCE_PRIORITY, 10.0)
+        c.submit(inf)
+        bound, evicted = c.schedule(10.0, 30.0)
+        got[placement] = ([int(x) for x in c.free], len(bound), len(evicted))
+    assert got == {"pack": ([0, 2], 1, 0), "spread": ([3, 3], 0, 1)}
+
+
+def test_unknown_placement_is_refused() -> None:
+    with pytest.raises(ValueError, match="placement must be one of"):
+        Cluster(16, 8, "random")
+
+
 def test_no_preemption_when_gpus_fit_and_none_for_research() -> None:
     c = Cluster(8, 8)
     c.submit(research_pod(4, 0.0))

@@ -115,6 +115,7 @@ def simulate_policy(
     timing: PoolTiming | None = None,
     progress: Callable[[float], None] | None = None,
     measure_from: float = 0.0,
+    placement: str = "pack",
 ) -> PolicyResult:
     """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure
     [measure_from, t_end) (multi-day runs: from the second day, once ours has history)."""
@@ -127,6 +128,7 @@ def simulate_policy(
         classes=classes,
         seed=seed,
         ledger=Ledger(measure_from, t_end),
+        placement=placement,
     )
     held = pods.cluster.held
     log = RequestLog.of(workload.arrival, workload.prompt, workload.output)

@@ -1,6 +1,9 @@
 """Kubernetes and KEDA, as far as the pool's behaviour depends on them.
 
-* `Cluster`: nodes with GPUs, pods bound by a best-fit scheduler in priority order, and
+* `Cluster`: nodes with GPUs, pods bound in priority order to a node chosen by
+  `placement` ("pack": the fewest GPUs left over, kube-scheduler with a MostAllocated
+  profile on nvidia.com/gpu; "spread": the most GPUs free, its default LeastAllocated
+  profile; docs/install.md "GPU bin packing"; e2e scenario 11 checks both), and
   kube-scheduler priority preemption: a pending inference pod that fits nowhere evicts
   lower-priority pods on one node, chosen as kube-scheduler's default preemption does (on
   each node all lower pods out, then the most important reprieved first: higher priority,
@@ -61,12 +64,18 @@ class Preemption:
     for_pod: Pod
 
 
+PLACEMENTS = ("pack", "spread")
+
+
 class Cluster:
     """Nodes, pods and the scheduler. `gpus` split into nodes of `gpus_per_node`."""
 
-    def __init__(self, gpus: int, gpus_per_node: int = 8) -> None:
+    def __init__(self, gpus: int, gpus_per_node: int = 8, placement: str = "pack") -> None:
         if gpus <= 0 or gpus_per_node <= 0:
             raise ValueError("gpus and gpus_per_node must be > 0")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, not {placement!r}")
+        self.placement = placement
         sizes = [gpus_per_node] * (gpus // gpus_per_node)
         if gpus % gpus_per_node:
             sizes.append(gpus % gpus_per_node)
@@ -133,12 +142,17 @@ class Cluster:
         self.pods_on[node].append(pod)
 
     def _fit(self, pod: Pod) -> int:
-        """Best fit (fewest GPUs left over): packs GPUs so whole nodes stay free."""
+        """The node a pending pod binds to, -1 if it fits nowhere. "pack": the fewest GPUs
+        left over, so whole nodes stay free for the next 4- or 8-GPU pod; "spread": the
+        most GPUs free (ties: the first node, in both). Measured on the coding week
+        (docs/bench.md), spreading costs inference GPUs and research work: a new replica
+        more often finds no node with room and preempts."""
         room = self.free - self.reserved
         ok = np.flatnonzero(room >= pod.gpus)
         if ok.size == 0:
             return -1
-        return int(ok[np.argmin(room[ok])])
+        pick = np.argmin if self.placement == "pack" else np.argmax
+        return int(ok[pick(room[ok])])
 
     def schedule(self, now: float, grace_s: float) -> tuple[list[Pod], list[Preemption]]:
         """One scheduling pass over pending pods, highest priority first, oldest first."""

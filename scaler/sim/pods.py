@@ -123,8 +123,9 @@ class Pods:
         classes: Sequence[ResearchClassSpec],
         seed: int,
         ledger: Ledger,
+        placement: str = "pack",
     ) -> None:
-        self.cluster = Cluster(pool_gpus, gpus_per_node)
+        self.cluster = Cluster(pool_gpus, gpus_per_node, placement)
         self.lc = lifecycle
         self.rows = Rows(pool_gpus // lifecycle.gpus_per_replica)
         self.ledger = ledger

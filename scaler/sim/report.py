@@ -25,6 +25,16 @@ def attainment(r: PolicyResult, slo_s: float) -> float:
     return float(np.mean(decided <= slo_s)) if decided.size else 0.0
 
 
+def _placement(s: dict[str, Any]) -> str:
+    """Where the simulated scheduler binds pods (results from before `placement` existed
+    were packed)."""
+    how = {
+        "pack": "packed (the fewest GPUs left over: kube-scheduler with GPU bin packing)",
+        "spread": "spread (the most GPUs free: kube-scheduler's default profile)",
+    }[s.get("placement", "pack")]
+    return f"Nodes of {s['gpus_per_node']} GPUs, pods {how}."
+
+
 def _on_sigterm(timing: dict[str, Any]) -> str:
     """What a preempted research pod does in the bench (report header sentence)."""
     ck = timing["research_sigterm_checkpoint_s"]
@@ -156,7 +166,7 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         f"trace peak scaled to {s['peak_rps']:.2f} req/s "
         f"(= {s['peak_fraction']:.0%} of the pool); {s['requests']:,} requests "
         f"(incl. {s['warmup_s']:g} s warm-up, not measured). Reserve {s['reserve_gpus']} GPUs; "
-        f"static peak = {s['static_peak_replicas']} replicas.",
+        f"static peak = {s['static_peak_replicas']} replicas. " + _placement(s),
         "",
         "Ours: thresholds "
         + ", ".join(

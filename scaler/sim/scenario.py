@@ -68,6 +68,9 @@ class Scenario:
     pool_gpus: int = 64
     gpus_per_replica: int = 4
     gpus_per_node: int = 8
+    # Where the scheduler binds a pod (scaler.sim.kube.PLACEMENTS): "pack" = kube-scheduler
+    # with a MostAllocated profile on nvidia.com/gpu (docs/install.md), "spread" = its default.
+    placement: str = "pack"
     model: str = "llama3-70b"
     seed: int = 1
     slo_ttft_s: float = 2.0
@@ -372,6 +375,7 @@ def _simulate_task(task: _Task) -> PolicyResult:
         timing=scn.timing,
         progress=(lambda f: report(name, f)) if report is not None else None,
         measure_from=scn.score_from_s,
+        placement=scn.placement,
     )
     r.wall_s = time.monotonic() - t
     return r
