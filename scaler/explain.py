@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scaler.config import Config
-from scaler.core.decision import Decision
+from scaler.core.decision import Decision, PoolSplit, replica_room
 from scaler.core.policy import format_decision
 
 
@@ -29,6 +29,8 @@ def render(d: Decision) -> str:
                 f"  forecast withholds {p.forecast_withheld_gpus} GPU(s) of the headroom from "
                 "research (inference needs them back within the classes' checkpoint intervals)"
             )
+        if p.free_by_node is not None and cfg is not None:
+            lines += _free_lines(p, cfg)
         gb = d.give_back
         if gb is not None and cfg is not None and _plans_give_back(cfg):
             lines.append(
@@ -38,6 +40,26 @@ def render(d: Decision) -> str:
     for r in d.research.values():
         lines.append(f"research {r.name}: {r.slots} slot(s) × {r.gpus_per_job} GPU(s) — {r.reason}")
     return "\n".join(lines)
+
+
+def _free_lines(p: PoolSplit, cfg: Config) -> list[str]:
+    """Where the free GPUs are, and how many replicas of each service they hold: free GPUs
+    split across nodes fit no replica (the scheduler spreads pods)."""
+    free = p.free_by_node or ()
+    total = sum(free)
+    shown = ", ".join(str(f) for f in free[:8]) + (", …" if len(free) > 8 else "")
+    lines = [f"  free on the nodes: {total} GPU(s) ({shown} per node, largest first)"]
+    for svc in cfg.inference:
+        g = svc.gpusPerReplica
+        room = replica_room(free, g)
+        line = f"  room for {room} more replica(s) of {svc.name} ({g} GPUs on one node)"
+        if room < total // g:
+            line += (
+                f": fragmented, {total} free GPUs would hold {total // g}; kube-scheduler "
+                'spreads pods unless it packs GPUs (docs/install.md "Pack GPUs")'
+            )
+        lines.append(line)
+    return lines
 
 
 def _plans_give_back(cfg: Config) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from scaler.config import Config, ResearchClass, parse_config
 from scaler.core.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
-from scaler.core.decision import ServiceDecision
+from scaler.core.decision import ServiceDecision, replica_room
 from scaler.core.reserve import ReserveTracker
 
 
@@ -220,6 +220,39 @@ def test_headroom_never_negative_and_foreign_subtracted() -> None:
         cfg, {"chat": sd("chat", 4, 4)}, Capacity(32, foreign_gpus=4), 4, ready_for_research=True
     )
     assert split.headroom_gpus == 32 - 16 - 4 - 4
+
+
+@pytest.mark.parametrize(
+    ("free", "gpus", "room"),
+    [
+        pytest.param((), 4, 0, id="no-nodes"),
+        pytest.param((8, 4), 4, 3, id="whole-blocks"),
+        pytest.param((3, 3, 2), 4, 0, id="eight-free-none-on-one-node"),
+        pytest.param((7, 5, 0), 4, 2, id="remainders-wasted"),
+        pytest.param((3, 3, 2), 1, 8, id="one-gpu-replicas-fit-anywhere"),
+        pytest.param((8,), 8, 1, id="a-whole-node"),
+    ],
+)
+def test_replica_room(free: tuple[int, ...], gpus: int, room: int) -> None:
+    assert replica_room(free, gpus) == room
+
+
+def test_replica_room_needs_a_replica_size() -> None:
+    with pytest.raises(ValueError, match="gpus_per_replica"):
+        replica_room((8,), 0)
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["lending", "fail-closed"])
+def test_split_carries_the_free_gpus_by_node(ready: bool) -> None:
+    cfg = make_cfg([rc("a", 1)])
+    cap = Capacity(16, free_by_node=(3, 3))
+    split, _ = split_pool(cfg, {"chat": sd("chat", 1, 1)}, cap, 4, ready_for_research=ready)
+    assert split.free_by_node == (3, 3)
+    assert (split.fail_closed is None) == ready
+    split, _ = split_pool(
+        cfg, {"chat": sd("chat", 1, 1)}, Capacity(16), 4, ready_for_research=ready
+    )
+    assert split.free_by_node is None
 
 
 def test_negative_reserve_rejected() -> None:

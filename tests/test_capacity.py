@@ -173,6 +173,39 @@ def test_foreign_pods(pods: list[dict[str, Any]], foreign: int) -> None:
     assert cap.foreign_gpus == foreign
 
 
+# Free GPUs per counted node (n1: 8, n2: 4; "down" not counted), largest first: what
+# every pod bound there and not terminated leaves, the pool's own pods included.
+FREE_CASES = [
+    pytest.param([], (8, 4), id="empty-nodes"),
+    pytest.param(
+        [
+            make_pod("inf", node="n1", gpus=4, labels=IN_POOL),
+            make_pod("eval-1", node="n1", gpus=1, labels=IN_POOL),
+            make_pod("eval-2", node="n2", gpus=1, labels=IN_POOL),
+        ],
+        (3, 3),
+        id="pool-pods-count-too",
+    ),
+    pytest.param([make_pod("sys", node="n2", gpus=2)], (8, 2), id="foreign-pods-count"),
+    pytest.param(
+        [make_pod("done", node="n1", gpus=8, phase="Succeeded"), make_pod("p", gpus=4)],
+        (8, 4),
+        id="terminated-and-unscheduled-hold-nothing",
+    ),
+    pytest.param([make_pod("big", node="n2", gpus=16)], (8, 0), id="never-below-zero"),
+]
+
+
+@pytest.mark.parametrize(("pods", "free"), FREE_CASES)
+def test_free_gpus_by_node(pods: list[dict[str, Any]], free: tuple[int, ...]) -> None:
+    cap = capacity_from_nodes(NODES, pods, ncfg(subtractForeignPods=True), pool_name=POOL)
+    assert cap.free_by_node == free
+
+
+def test_free_gpus_by_node_unknown_without_the_pod_list() -> None:
+    assert capacity_from_nodes(NODES, None, ncfg(), pool_name=POOL).free_by_node is None
+
+
 def test_foreign_pods_ignored_when_off_and_required_when_on() -> None:
     pods = [make_pod("sys", node="n1", gpus=2)]
     assert capacity_from_nodes(NODES, pods, ncfg(), pool_name=POOL).foreign_gpus == 0
@@ -449,6 +482,8 @@ def test_watcher_subtracts_foreign_pods(api: FakeKubeAPI) -> None:
     w = start_watcher(api, clock, subtractForeignPods=True)
     try:
         wait_gpus(api, w, 16, foreign=1)
+        cap = w.current()
+        assert cap is not None and cap.free_by_node == (7, 4)  # the pool's pods hold GPUs too
         pod_lists = [r for r in api.requests if r.resource == "pods" and not r.watch]
         assert pod_lists[0].path == "/api/v1/pods"
         assert "status.phase!=Succeeded" in pod_lists[0].query["fieldSelector"]

@@ -48,6 +48,17 @@ def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
     give_back = families(m)["gpu_pool_scaler_research_give_back_seconds"]
     assert give_back == {("planned",): 600.0}  # nothing measured: no made-up value
 
+    # Pods watched (subtractForeignPods): the free GPUs per node, and the replicas of each
+    # service (4 GPUs) they hold: 8 free but split 3 + 3 + 2 hold none.
+    d = decision(4, chat, eval_slots=5)
+    assert d.pool is not None and "gpu_pool_scaler_replica_room" not in families(m)
+    snapshots.publish(replace(d, pool=replace(d.pool, free_by_node=(3, 3, 2))))
+    f = families(m)
+    assert f["gpu_pool_scaler_pool_gpus"][("free",)] == 8
+    assert f["gpu_pool_scaler_replica_room"] == {("chat",): 0, ("code",): 0}
+    snapshots.publish(replace(d, pool=replace(d.pool, free_by_node=(8, 4))))
+    assert families(m)["gpu_pool_scaler_replica_room"] == {("chat",): 3, ("code",): 3}
+
     # Next cycle: chat has no fresh data (desired None) and `code` was removed by a reload.
     d = decision(2, svc("chat", None, fresh=False))
     services = {k: v for k, v in d.services.items() if k != "code"}

@@ -33,6 +33,10 @@ class Capacity:
     # Research pods being deleted (pod uid -> wall time the deletion was requested), as the
     # pod watch sees them; None: pods not watched (core.giveback learns nothing then).
     research_deleting: Mapping[str, float] | None = None
+    # GPUs no pod holds on each counted node, largest first (requests of every pod bound
+    # there and not terminated); None: pods not watched (needs subtractForeignPods). Free
+    # GPUs split across nodes fit no replica: see `replica_room`.
+    free_by_node: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0 or self.foreign_gpus < 0:
@@ -136,12 +140,15 @@ def split_pool(
     total = capacity.total_gpus if capacity is not None else None
     headroom = max(0, total - inf - reserve_gpus - foreign) if total is not None else 0
     reason = _fail_closed_reason(cfg, decisions, capacity, ready_for_research)
+    free = capacity.free_by_node if capacity is not None else None
 
     research: dict[str, ResearchDecision] = {}
     if reason is not None:
         for c in cfg.research:
             research[c.name] = ResearchDecision(c.name, 0, c.gpusPerJob, f"fail closed: {reason}")
-        split = PoolSplit(total, inf, reserve_gpus, foreign, headroom, 0, fail_closed=reason)
+        split = PoolSplit(
+            total, inf, reserve_gpus, foreign, headroom, 0, fail_closed=reason, free_by_node=free
+        )
         return split, research
 
     slots = allocate(list(cfg.research), headroom)
@@ -177,7 +184,15 @@ def split_pool(
         )
     held_back = sum(withheld[c.name] * c.gpusPerJob for c in cfg.research)
     split = PoolSplit(
-        total, inf, reserve_gpus, foreign, headroom, used, None, forecast_withheld_gpus=held_back
+        total,
+        inf,
+        reserve_gpus,
+        foreign,
+        headroom,
+        used,
+        None,
+        forecast_withheld_gpus=held_back,
+        free_by_node=free,
     )
     return split, research
 

@@ -93,6 +93,16 @@ class PoolSplit:
     research_gpus: int  # GPUs lent to research slots
     fail_closed: str | None = None  # reason research got 0, if it did
     forecast_withheld_gpus: int = 0  # headroom not lent: the forecast needs it back too soon
+    free_by_node: tuple[int, ...] | None = None  # Capacity.free_by_node (None: not watched)
+
+
+def replica_room(free_by_node: tuple[int, ...], gpus_per_replica: int) -> int:
+    """Replicas of `gpus_per_replica` GPUs that bind now without preempting: each needs its
+    GPUs on one node. Below free GPUs // gpus_per_replica, the free GPUs are fragmented
+    (kube-scheduler spreading pods: docs/install.md "Pack GPUs")."""
+    if gpus_per_replica <= 0:
+        raise ValueError(f"gpus_per_replica must be > 0, got {gpus_per_replica}")
+    return sum(f // gpus_per_replica for f in free_by_node if f > 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,22 +232,27 @@ def capacity_from_nodes(
 
     foreign = 0
     deleting: dict[str, float] | None = None
+    free: tuple[int, ...] | None = None
     if cfg.subtractForeignPods:
         if pods is None:
             raise ValueError("subtractForeignPods needs the pod list")
         pods = list(pods)  # read twice: foreign requests, research deletions
         per_node: dict[str, int] = {}
+        held: dict[str, int] = {}  # every pod's GPUs, the pool's own too
         for pod in pods:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name not in counted:
                 continue
             if (pod.get("status") or {}).get("phase") in TERMINATED_PHASES:
                 continue
+            gpus = pod_request(pod, cfg.resource)
+            held[node_name] = held.get(node_name, 0) + gpus
             if not is_foreign(pod, cfg.poolLabel, pool_name):
                 continue
-            per_node[node_name] = per_node.get(node_name, 0) + pod_request(pod, cfg.resource)
+            per_node[node_name] = per_node.get(node_name, 0) + gpus
         # A node cannot lose more GPUs than it has (over-requests are the scheduler's bug).
         foreign = sum(min(g, counted[n]) for n, g in per_node.items())
+        free = tuple(sorted((max(0, g - held.get(n, 0)) for n, g in counted.items()), reverse=True))
         deleting = research_deleting(pods, cfg.poolLabel, pool_name)
     elif research_pods is not None:
         deleting = research_deleting(research_pods, cfg.poolLabel, pool_name)
@@ -264,6 +269,7 @@ def capacity_from_nodes(
         nodes=len(counted),
         detail="; ".join(parts),
         research_deleting=deleting,
+        free_by_node=free,
     )
 
 

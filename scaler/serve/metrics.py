@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from scaler.core.decision import Decision
+from scaler.core.decision import Decision, replica_room
 
 _PREFIX = "gpu_pool_scaler_"
 
@@ -138,7 +138,8 @@ class DecisionCollector(Collector):
             slots.add_metric([name], r.slots)
         pool_gpus = fam(
             "pool_gpus",
-            "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research).",
+            "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research; "
+            "free: no pod holds them, with the pods watched).",
             ("part",),
         )
         known = fam("capacity_known", "1 when pool capacity is known.")
@@ -151,6 +152,8 @@ class DecisionCollector(Collector):
                 "headroom": d.pool.headroom_gpus,
                 "research": d.pool.research_gpus,
             }
+            if d.pool.free_by_node is not None:  # pods watched (subtractForeignPods)
+                parts["free"] = sum(d.pool.free_by_node)
             for part, value in parts.items():
                 pool_gpus.add_metric([part], value)
             known.add_metric([], 0 if d.pool.capacity is None else 1)
@@ -168,4 +171,14 @@ class DecisionCollector(Collector):
         if d.seq > 0:
             last.add_metric([], d.wall_time)
         yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas)
-        yield from (slots, pool_gpus, known, give_back, last)
+        room = fam(
+            "replica_room",
+            "Replicas of each service that would bind now without preempting (its GPUs free "
+            'on one node); below pool_gpus{part="free"} / gpusPerReplica the free GPUs are '
+            "fragmented. Only with the pods watched (subtractForeignPods).",
+            ("service",),
+        )
+        if d.pool is not None and d.pool.free_by_node is not None and d.config is not None:
+            for svc in d.config.inference:
+                room.add_metric([svc.name], replica_room(d.pool.free_by_node, svc.gpusPerReplica))
+        yield from (slots, pool_gpus, known, room, give_back, last)
