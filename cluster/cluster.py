@@ -538,7 +538,13 @@ def scheduler_config(path: Path, kubeconfig: Path) -> None:
                                 "resources": [{"name": "nvidia.com/gpu", "weight": 1}],
                             }
                         },
-                    }
+                    },
+                    # Without this, the system's default topology spread (weight 2) still
+                    # spreads a Deployment's replicas one per node (e2e scenario 11).
+                    {
+                        "name": "PodTopologySpread",
+                        "args": {"defaultingType": "List", "defaultConstraints": []},
+                    },
                 ],
             },
         ],

@@ -1341,48 +1341,58 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
 
 PLACE_NS = "gps-placement"
 PLACE_RESEARCH = 4  # 1-GPU research pods created one after the other
-# (kube-scheduler profile, the bench's placement it must match, what both must give)
+# (kube-scheduler profile, the bench's placement it must match, the research pods' nodes,
+# how many nodes a Deployment's two 4-GPU replicas take)
 PLACE_PROFILES = [
-    ("default-scheduler", "spread", [1] * PLACE_RESEARCH),
-    (cluster.BINPACK_SCHEDULER, "pack", [0] * PLACE_RESEARCH),
+    ("default-scheduler", "spread", [1] * PLACE_RESEARCH, 2),
+    (cluster.BINPACK_SCHEDULER, "pack", [0] * PLACE_RESEARCH, 1),
 ]
 
 
 def s11_placement(c: Ctx) -> dict[str, Any]:
     """Where kube-scheduler binds pods that fit on more than one node, per profile, against
-    the bench's simulated scheduler (`scaler.sim.kube.Cluster(placement=...)`). Two nodes
-    per profile: a 4-GPU inference pod on the first, then 1-GPU research pods one by one.
-    The default profile spreads them to the emptier node; the bin-packing profile
-    (docs/install.md) fills the first, keeping the second whole for the next replica."""
+    the bench's simulated scheduler (`scaler.sim.kube.Cluster(placement=...)`), on pairs of
+    8-GPU nodes of their own:
+    * a 4-GPU inference pod on the first node, then 1-GPU research pods one by one: the
+      default profile spreads them to the emptier node; the bin-packing profile
+      (docs/install.md) fills the first, keeping the second whole for the next replica;
+    * a Deployment scaled to two 4-GPU replicas: one per node, or both on one node. (The
+      system's default topology spread for ReplicaSet pods outweighed MostAllocated here
+      until the profile turned it off.)"""
     from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
 
     core = c.api.core
     research_pc = "e2e-place-research"
-    pools = {placement: f"placement-{placement}" for _, placement, _ in PLACE_PROFILES}
-    node_sets = {
-        "spread": side_setup(
-            c, PLACE_NS, {research_pc: -100}, "place-s", pools["spread"], "placement"
+    first = side_setup(c, PLACE_NS, {research_pc: -100}, "place-0", "placement-0", "placement")
+    pairs = [first]
+    for k in (1, 2, 3):
+        pair = cluster.create_nodes(
+            core.api_client, 2, 8, prefix=f"place-{k}", pool=f"placement-{k}"
         )
-    }
-    packed = cluster.create_nodes(core.api_client, 2, 8, prefix="place-p", pool=pools["pack"])
-    for n in packed:
-        c.cleanup.append(partial(core.delete_node, n))
-    wait(
-        "the two bin-packing nodes are Ready",
-        lambda: cluster.nodes_ready(core.api_client, packed),
-        120,
-    )
-    node_sets["pack"] = packed
+        for n in pair:
+            c.cleanup.append(partial(core.delete_node, n))
+        pairs.append(pair)
+    every = [n for p in pairs for n in p]
+    wait("the placement nodes are Ready", lambda: cluster.nodes_ready(core.api_client, every), 120)
 
-    def bound_node(name: str) -> str | None:
-        return core.read_namespaced_pod(name, PLACE_NS).spec.node_name
+    def pod_of(name: str) -> Any:
+        return core.read_namespaced_pod(name, PLACE_NS)
 
     def running(name: str) -> bool:
-        return bool(core.read_namespaced_pod(name, PLACE_NS).status.phase == "Running")
+        return bool(pod_of(name).status.phase == "Running")
+
+    def bound_node(name: str) -> str | None:
+        return pod_of(name).spec.node_name
+
+    def replicas_bound(app: str, n: int) -> list[str] | None:
+        ps = core.list_namespaced_pod(PLACE_NS, label_selector=f"app={app}").items
+        nodes = [p.spec.node_name for p in ps if p.metadata.deletion_timestamp is None]
+        return nodes if len(nodes) == n and all(nodes) else None
 
     out: dict[str, Any] = {}
-    for profile, placement, expected in PLACE_PROFILES:
-        nodes, pool = node_sets[placement], pools[placement]
+    for k, (profile, placement, expected, dep_nodes) in enumerate(PLACE_PROFILES):
+        # Research pods beside an inference pod.
+        nodes, pool = pairs[2 * k], f"placement-{2 * k}"
         pod = partial(kwok_pod, pool=pool, scheduler=profile, host_share=True)
         inf = f"{placement}-inference"
         core.create_namespaced_pod(PLACE_NS, pod(inf, f"{FULL}-inference", 4, nodes[0]))
@@ -1410,7 +1420,43 @@ def s11_placement(c: Ctx) -> dict[str, Any]:
             )
         if real != expected:
             raise Failed(f"{profile}: research pods on nodes {real}, expected {expected}")
-        out[profile] = {"placement": placement, "research_nodes": real}
+
+        # A Deployment's replicas, one scale step at a time (the first one's node is a tie).
+        app, dpool = f"place-{placement}", f"placement-{2 * k + 1}"
+        template = kwok_pod(
+            "x", f"{FULL}-inference", 4, None, dpool, scheduler=profile, host_share=True
+        )
+        template["metadata"] = {"labels": {"app": app}}
+        c.api.apps.create_namespaced_deployment(
+            PLACE_NS,
+            {
+                "metadata": {"name": app},
+                "spec": {
+                    "replicas": 0,
+                    "selector": {"matchLabels": {"app": app}},
+                    "template": template,
+                },
+            },
+        )
+        for r in (1, 2):
+            c.api.apps.patch_namespaced_deployment_scale(app, PLACE_NS, {"spec": {"replicas": r}})
+            bound = wait(f"{app}: {r} replica(s) bound", partial(replicas_bound, app, r), 60)
+        sim = Cluster(16, 8, placement)
+        reps = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
+        for p in reps:
+            sim.submit(p)
+            sim.schedule(p.created, 0.0)
+        sim_nodes = len({p.node for p in reps})
+        if len(set(bound)) != sim_nodes or sim_nodes != dep_nodes:
+            raise Failed(
+                f"{profile}: a Deployment's two replicas on {len(set(bound))} node(s) "
+                f"({bound}); simulated {sim_nodes}, expected {dep_nodes}"
+            )
+        out[profile] = {
+            "placement": placement,
+            "research_nodes": real,
+            "deployment_replica_nodes": len(set(bound)),
+        }
     return out
 
 
