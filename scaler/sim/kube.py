@@ -3,7 +3,7 @@
 * `Cluster`: nodes with GPUs, pods bound in priority order to a node chosen by
   `placement` ("pack": the fewest GPUs left over, kube-scheduler with a MostAllocated
   profile on nvidia.com/gpu; "spread": the most GPUs free, its default LeastAllocated
-  profile; docs/install.md "GPU bin packing"; e2e scenario 11 checks both), and
+  profile; docs/install.md "Pack GPUs"; e2e scenario 11 checks both), and
   kube-scheduler priority preemption: a pending inference pod that fits nowhere evicts
   lower-priority pods on one node, chosen as kube-scheduler's default preemption does (on
   each node all lower pods out, then the most important reprieved first: higher priority,
