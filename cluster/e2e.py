@@ -39,9 +39,10 @@ scenario passed.
  10 give-back  the chart's default (subtractForeignPods off): giveBack.namespaces and a
                Role on the research namespace's pods; a second scaler as the chart's
                ServiceAccount measures research pods that take up to 30 s to leave.
- 11 placement  where kube-scheduler binds research pods that fit on two nodes: the
-               default profile spreads them, the bin-packing one (docs/install.md) packs
-               them; the bench's simulated scheduler does the same for each placement.
+ 11 placement  where kube-scheduler binds research pods that fit on two nodes and a
+               Deployment's two replicas: the default profile spreads them, the
+               bin-packing one (docs/install.md) packs them; the bench's simulated
+               scheduler does the same for each placement.
 """
 
 from __future__ import annotations
@@ -1096,6 +1097,16 @@ ORDER_LAYOUT = [
 ORDER_CLASSES = [("eval", 1, 600.0, 0), ("finetune", 4, 1200.0, 0), ("pretrain", 8, 1800.0, 0)]
 
 
+def side_nodes(c: Ctx, prefix: str, pool: str) -> list[str]:
+    """Two 8-GPU kwok nodes outside the scaler's pool (their own `gpu-pool` label),
+    deleted at cleanup; not yet waited for. Returns the node names."""
+    core = c.api.core
+    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix=prefix, pool=pool)
+    for n in nodes:
+        c.cleanup.append(partial(core.delete_node, n))
+    return nodes
+
+
 def side_setup(
     c: Ctx, ns: str, classes: dict[str, int], prefix: str, pool: str, label: str
 ) -> list[str]:
@@ -1116,9 +1127,7 @@ def side_setup(
         }
         sched.create_priority_class(cluster.manifest(body))
         c.cleanup.append(partial(sched.delete_priority_class, name))
-    nodes = cluster.create_nodes(core.api_client, 2, 8, prefix=prefix, pool=pool)
-    for n in nodes:
-        c.cleanup.append(partial(core.delete_node, n))
+    nodes = side_nodes(c, prefix, pool)
     wait(
         f"the two {label} nodes are Ready",
         lambda: cluster.nodes_ready(core.api_client, nodes),
@@ -1365,13 +1374,7 @@ def s11_placement(c: Ctx) -> dict[str, Any]:
     research_pc = "e2e-place-research"
     first = side_setup(c, PLACE_NS, {research_pc: -100}, "place-0", "placement-0", "placement")
     pairs = [first]
-    for k in (1, 2, 3):
-        pair = cluster.create_nodes(
-            core.api_client, 2, 8, prefix=f"place-{k}", pool=f"placement-{k}"
-        )
-        for n in pair:
-            c.cleanup.append(partial(core.delete_node, n))
-        pairs.append(pair)
+    pairs += [side_nodes(c, f"place-{k}", f"placement-{k}") for k in (1, 2, 3)]
     every = [n for p in pairs for n in p]
     wait("the placement nodes are Ready", lambda: cluster.nodes_ready(core.api_client, every), 120)
 

@@ -145,8 +145,8 @@ class Cluster:
         """The node a pending pod binds to, -1 if it fits nowhere. "pack": the fewest GPUs
         left over, so whole nodes stay free for the next 4- or 8-GPU pod; "spread": the
         most GPUs free (ties: the first node, in both). Measured on the coding week
-        (docs/bench.md), spreading costs inference GPUs and research work: a new replica
-        more often finds no node with room and preempts."""
+        (docs/bench.md "Placement"), spreading costs research work (on `--seed 2` inference
+        GPUs too): a new replica more often finds no node with room and preempts."""
         room = self.free - self.reserved
         ok = np.flatnonzero(room >= pod.gpus)
         if ok.size == 0:
