@@ -43,6 +43,10 @@ scenario passed.
                Deployment's two replicas: the default profile spreads them, the
                bin-packing one (docs/install.md) packs them; the bench's simulated
                scheduler does the same for each placement.
+ 12 chart-scheduler  `binpackScheduler.enabled`: the chart's second kube-scheduler, run
+               here with the ConfigMap and flags the chart rendered as its own
+               ServiceAccount, takes its Lease and packs the pods that select it; the
+               research ScaledJob's pods select it.
 """
 
 from __future__ import annotations
@@ -1368,18 +1372,53 @@ def s11_placement(c: Ctx) -> dict[str, Any]:
     * a Deployment scaled to two 4-GPU replicas: one per node, or both on one node. (The
       system's default topology spread for ReplicaSet pods outweighed MostAllocated here
       until the profile turned it off.)"""
-    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
-
-    core = c.api.core
     research_pc = "e2e-place-research"
     first = side_setup(c, PLACE_NS, {research_pc: -100}, "place-0", "placement-0", "placement")
     pairs = [first]
     pairs += [side_nodes(c, f"place-{k}", f"placement-{k}") for k in (1, 2, 3)]
     every = [n for p in pairs for n in p]
-    wait("the placement nodes are Ready", lambda: cluster.nodes_ready(core.api_client, every), 120)
+    wait(
+        "the placement nodes are Ready",
+        lambda: cluster.nodes_ready(c.api.core.api_client, every),
+        120,
+    )
+    out: dict[str, Any] = {}
+    for k, (profile, placement, expected, dep_nodes) in enumerate(PLACE_PROFILES):
+        out[profile] = placement_check(
+            c,
+            PLACE_NS,
+            research_pc,
+            profile,
+            placement,
+            (pairs[2 * k], f"placement-{2 * k}"),
+            f"placement-{2 * k + 1}",
+            expected,
+            dep_nodes,
+        )
+    return out
+
+
+def placement_check(
+    c: Ctx,
+    ns: str,
+    research_pc: str,
+    profile: str,
+    placement: str,
+    research_pair: tuple[list[str], str],
+    deployment_pool: str,
+    expected: list[int],
+    dep_nodes: int,
+) -> dict[str, Any]:
+    """Scenario 11's two checks for one scheduler profile: research pods beside an inference
+    pod on `research_pair` (node names, pool label), then a Deployment's two replicas on
+    the pair labelled `deployment_pool`; each against the simulated `Cluster(placement)`
+    and the expected outcome."""
+    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
+
+    core = c.api.core
 
     def pod_of(name: str) -> Any:
-        return core.read_namespaced_pod(name, PLACE_NS)
+        return core.read_namespaced_pod(name, ns)
 
     def running(name: str) -> bool:
         return bool(pod_of(name).status.phase == "Running")
@@ -1388,79 +1427,201 @@ def s11_placement(c: Ctx) -> dict[str, Any]:
         return pod_of(name).spec.node_name
 
     def replicas_bound(app: str, n: int) -> list[str] | None:
-        ps = core.list_namespaced_pod(PLACE_NS, label_selector=f"app={app}").items
+        ps = core.list_namespaced_pod(ns, label_selector=f"app={app}").items
         nodes = [p.spec.node_name for p in ps if p.metadata.deletion_timestamp is None]
         return nodes if len(nodes) == n and all(nodes) else None
 
-    out: dict[str, Any] = {}
-    for k, (profile, placement, expected, dep_nodes) in enumerate(PLACE_PROFILES):
-        # Research pods beside an inference pod.
-        nodes, pool = pairs[2 * k], f"placement-{2 * k}"
-        pod = partial(kwok_pod, pool=pool, scheduler=profile, host_share=True)
-        inf = f"{placement}-inference"
-        core.create_namespaced_pod(PLACE_NS, pod(inf, f"{FULL}-inference", 4, nodes[0]))
-        wait(f"{inf} Running", partial(running, inf), 60)
-        time.sleep(1.0)  # the scheduler's informer has seen it too
-        real: list[int] = []
-        for i in range(PLACE_RESEARCH):
-            name = f"{placement}-research-{i}"
-            core.create_namespaced_pod(PLACE_NS, pod(name, research_pc, 1, None))
-            node = wait(f"{name} bound ({profile})", partial(bound_node, name), 60)
-            real.append(nodes.index(node))
-        # The same pods in the simulated cluster (its first pod lands on node 0 unpinned).
-        sim = Cluster(16, 8, placement)
-        sim.submit(Pod("inference", 4, INFERENCE_PRIORITY, 0.0))
-        simulated: list[int] = []
-        for i in range(PLACE_RESEARCH):
-            p = Pod("research", 1, -100, 1.0 + i)
-            sim.submit(p)
-            sim.schedule(1.0 + i, 0.0)
-            simulated.append(p.node)
-        if real != simulated:
-            raise Failed(
-                f"{profile}: kube-scheduler bound the research pods to nodes {real}, the "
-                f"simulated scheduler (placement {placement!r}) to {simulated}"
-            )
-        if real != expected:
-            raise Failed(f"{profile}: research pods on nodes {real}, expected {expected}")
+    # Research pods beside an inference pod.
+    nodes, pool = research_pair
+    pod = partial(kwok_pod, pool=pool, scheduler=profile, host_share=True)
+    inf = f"{placement}-inference"
+    core.create_namespaced_pod(ns, pod(inf, f"{FULL}-inference", 4, nodes[0]))
+    wait(f"{inf} Running", partial(running, inf), 60)
+    time.sleep(1.0)  # the scheduler's informer has seen it too
+    real: list[int] = []
+    for i in range(PLACE_RESEARCH):
+        name = f"{placement}-research-{i}"
+        core.create_namespaced_pod(ns, pod(name, research_pc, 1, None))
+        node = wait(f"{name} bound ({profile})", partial(bound_node, name), 60)
+        real.append(nodes.index(node))
+    # The same pods in the simulated cluster (its first pod lands on node 0 unpinned).
+    sim = Cluster(16, 8, placement)
+    sim.submit(Pod("inference", 4, INFERENCE_PRIORITY, 0.0))
+    simulated: list[int] = []
+    for i in range(PLACE_RESEARCH):
+        p = Pod("research", 1, -100, 1.0 + i)
+        sim.submit(p)
+        sim.schedule(1.0 + i, 0.0)
+        simulated.append(p.node)
+    if real != simulated:
+        raise Failed(
+            f"{profile}: kube-scheduler bound the research pods to nodes {real}, the "
+            f"simulated scheduler (placement {placement!r}) to {simulated}"
+        )
+    if real != expected:
+        raise Failed(f"{profile}: research pods on nodes {real}, expected {expected}")
 
-        # A Deployment's replicas, one scale step at a time (the first one's node is a tie).
-        app, dpool = f"place-{placement}", f"placement-{2 * k + 1}"
-        template = kwok_pod(
-            "x", f"{FULL}-inference", 4, None, dpool, scheduler=profile, host_share=True
-        )
-        template["metadata"] = {"labels": {"app": app}}
-        c.api.apps.create_namespaced_deployment(
-            PLACE_NS,
-            {
-                "metadata": {"name": app},
-                "spec": {
-                    "replicas": 0,
-                    "selector": {"matchLabels": {"app": app}},
-                    "template": template,
-                },
+    # A Deployment's replicas, one scale step at a time (the first one's node is a tie).
+    app = f"place-{placement}"
+    template = kwok_pod(
+        "x", f"{FULL}-inference", 4, None, deployment_pool, scheduler=profile, host_share=True
+    )
+    template["metadata"] = {"labels": {"app": app}}
+    c.api.apps.create_namespaced_deployment(
+        ns,
+        {
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": app}},
+                "template": template,
             },
+        },
+    )
+    for r in (1, 2):
+        c.api.apps.patch_namespaced_deployment_scale(app, ns, {"spec": {"replicas": r}})
+        bound = wait(f"{app}: {r} replica(s) bound", partial(replicas_bound, app, r), 60)
+    sim = Cluster(16, 8, placement)
+    reps = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
+    for p in reps:
+        sim.submit(p)
+        sim.schedule(p.created, 0.0)
+    sim_nodes = len({p.node for p in reps})
+    if len(set(bound)) != sim_nodes or sim_nodes != dep_nodes:
+        raise Failed(
+            f"{profile}: a Deployment's two replicas on {len(set(bound))} node(s) "
+            f"({bound}); simulated {sim_nodes}, expected {dep_nodes}"
         )
-        for r in (1, 2):
-            c.api.apps.patch_namespaced_deployment_scale(app, PLACE_NS, {"spec": {"replicas": r}})
-            bound = wait(f"{app}: {r} replica(s) bound", partial(replicas_bound, app, r), 60)
-        sim = Cluster(16, 8, placement)
-        reps = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
-        for p in reps:
-            sim.submit(p)
-            sim.schedule(p.created, 0.0)
-        sim_nodes = len({p.node for p in reps})
-        if len(set(bound)) != sim_nodes or sim_nodes != dep_nodes:
+    return {
+        "placement": placement,
+        "research_nodes": real,
+        "deployment_replica_nodes": len(set(bound)),
+    }
+
+
+BP_NS = "gps-binpack"
+# Not cluster.BINPACK_SCHEDULER: the cluster's own kube-scheduler has a profile of that
+# name, and only the chart's scheduler may be the one that places these pods.
+BP_NAME = "gps-e2e-binpack"
+
+
+def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
+    """`binpackScheduler.enabled` (charts/gpu-pool-scaler/templates/binpack-scheduler.yaml):
+    `helm upgrade` creates the second scheduler's objects; the research ScaledJob's pods
+    select it. kwok runs no container, so the real kube-scheduler v1.35 runs here with the
+    ConfigMap the chart put in the cluster and the Deployment's own flags, as the chart's
+    ServiceAccount (its token: the RBAC is what the pod gets). Checked: a pod selecting it
+    stays Pending until it runs; it takes its Lease; /healthz and /livez (the probes) answer
+    without credentials; it places pods as the bench's `--placement pack` (scenario 11's
+    checks); none of its requests was forbidden. The release's values are restored after."""
+    from kubernetes import client
+
+    core = c.api.core
+    vals = yaml.safe_load(c.vfile.read_text())
+    vals["binpackScheduler"] = {"enabled": True, "name": BP_NAME}
+    vfile = c.vfile.parent / "values-binpack.yaml"
+    vfile.write_text(yaml.safe_dump(vals))
+    c.helm.install(vfile, upgrade=True)
+    out_dir = c.config_file.parent
+    sched: subprocess.Popen[bytes] | None = None
+    try:
+        name = f"{FULL}-scheduler"
+        manifest = [
+            d for d in yaml.safe_load_all(c.helm.run("get", "manifest", RELEASE, "-n", NS)) if d
+        ]
+        (dep,) = [
+            d for d in manifest if d["kind"] == "Deployment" and d["metadata"]["name"] == name
+        ]
+        (sj,) = c.api.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledjobs")[
+            "items"
+        ]
+        sj_sched = sj["spec"]["jobTargetRef"]["template"]["spec"].get("schedulerName")
+        if sj_sched != BP_NAME:
+            raise Failed(f"the research ScaledJob's pods select scheduler {sj_sched!r}")
+
+        # Its ServiceAccount's token; the config and flags as the chart wrote them, plus
+        # where the API server is and a local port (the pod would use in-cluster config).
+        tok = core.create_namespaced_service_account_token(
+            name, NS, {"spec": {"expirationSeconds": 3600}}
+        ).status.token
+        sa_kc = token_kubeconfig(c.api.kubeconfig, tok, out_dir / "kubeconfig-binpack-sa")
+        cfg = yaml.safe_load(core.read_namespaced_config_map(name, NS).data["config.yaml"])
+        cfg["clientConnection"] = {"kubeconfig": str(sa_kc)}
+        cfg_file = out_dir / "binpack-scheduler.yaml"
+        cfg_file.write_text(yaml.safe_dump(cfg))
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        argv = [cluster.binaries()["kube-scheduler"]]
+        for a in container["command"][1:]:
+            argv.append(f"--config={cfg_file}" if a.startswith("--config=") else a)
+        port = cluster.free_port()
+        argv += [
+            f"--authentication-kubeconfig={sa_kc}",
+            f"--authorization-kubeconfig={sa_kc}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+        ]
+
+        research_pc = "e2e-binpack-research"
+        pair = side_setup(c, BP_NS, {research_pc: -100}, "bp-0", "binpack-0", "binpack")
+        dpair = side_nodes(c, "bp-1", "binpack-1")
+        wait(
+            "the binpack nodes are Ready", lambda: cluster.nodes_ready(core.api_client, dpair), 120
+        )
+        probe = kwok_pod("probe", research_pc, 1, None, "binpack-0", scheduler=BP_NAME)
+        core.create_namespaced_pod(BP_NS, probe)
+        time.sleep(3)
+        if core.read_namespaced_pod("probe", BP_NS).spec.node_name:
+            raise Failed(f"a pod selecting {BP_NAME} was bound before the chart's scheduler ran")
+
+        log = out_dir / "binpack-scheduler.log"
+        with log.open("ab") as f:
+            sched = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT)
+        for path in ("/healthz", "/livez"):
+            url = f"https://127.0.0.1:{port}{path}"
+            wait(f"the chart's scheduler {path}", partial(cluster.https_get_insecure, url), 60)
+        coord = client.CoordinationV1Api(core.api_client)
+
+        def lease_holder() -> str | None:
+            spec = coord.read_namespaced_lease(name, NS).spec
+            return spec.holder_identity if spec else None
+
+        holder = wait(f"the chart's scheduler holds Lease {NS}/{name}", lease_holder, 60)
+        wait(
+            "the probe pod bound by the chart's scheduler",
+            lambda: core.read_namespaced_pod("probe", BP_NS).spec.node_name,
+            60,
+        )
+        core.delete_namespaced_pod("probe", BP_NS, grace_period_seconds=0)
+        wait(
+            "the probe pod gone",
+            lambda: not core.list_namespaced_pod(BP_NS, field_selector="metadata.name=probe").items,
+            60,
+        )
+        placed = placement_check(
+            c,
+            BP_NS,
+            research_pc,
+            BP_NAME,
+            "pack",
+            (pair, "binpack-0"),
+            "binpack-1",
+            [0] * PLACE_RESEARCH,
+            1,
+        )
+        forbidden = [ln for ln in log.read_text(errors="replace").splitlines() if "forbidden" in ln]
+        if forbidden:
             raise Failed(
-                f"{profile}: a Deployment's two replicas on {len(set(bound))} node(s) "
-                f"({bound}); simulated {sim_nodes}, expected {dep_nodes}"
+                f"the chart's scheduler was refused {len(forbidden)} request(s): {forbidden[:3]}"
             )
-        out[profile] = {
-            "placement": placement,
-            "research_nodes": real,
-            "deployment_replica_nodes": len(set(bound)),
-        }
-    return out
+        return {**placed, "lease_holder": holder, "image": container["image"]}
+    finally:
+        if sched is not None:
+            sched.terminate()
+            try:
+                sched.wait(10)
+            except subprocess.TimeoutExpired:
+                sched.kill()
+        c.helm.install(c.vfile, upgrade=True)  # the run's values, without the scheduler
 
 
 GB_GRACE = 30  # grace period of the give-back probes: each leaves Running ~30 s after its delete
@@ -1648,6 +1809,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("9-nominated-wait", s9_nominated_wait),
     ("10-give-back", s10_give_back),
     ("11-placement", s11_placement),
+    ("12-chart-scheduler", s12_chart_scheduler),
 ]
 
 

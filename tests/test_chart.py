@@ -681,6 +681,208 @@ def test_research_pods_keep_the_scheduler_profile_their_template_names(
     assert got == {"eval": "gpu-binpack", "plain": None}
 
 
+SCHED = f"{RELEASE}-gpu-pool-scaler-scheduler"  # binpackScheduler's objects
+
+
+def _binpack(helm: Helm, tmp_path: Path, extra: dict[str, Any], **kw: Any) -> list[dict[str, Any]]:
+    """The monitoring CI values (NetworkPolicy, PDB) + two research classes (one naming its
+    own scheduler) + `extra`, rendered."""
+    own = _research_class("own", 4, 1200)
+    own["scaledJob"]["jobTemplate"]["spec"]["schedulerName"] = "their-scheduler"
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"research": [_research_class("eval", 1, 600), own], **extra}))
+    return helm.render(CHART / "ci" / "monitoring-values.yaml", f, **kw)
+
+
+def _scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(yaml.safe_load(one(docs, "ConfigMap", SCHED)["data"]["config.yaml"]))
+
+
+def test_binpack_scheduler_is_off_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for docs in rendered.values():
+        assert not [d for d in docs if d["metadata"]["name"].startswith(SCHED)]
+        for sj in objs(docs, "ScaledJob"):
+            assert "schedulerName" not in sj["spec"]["jobTargetRef"]["template"]["spec"]
+
+
+def test_binpack_scheduler_packs_the_pools_gpus_and_research_selects_it(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """binpackScheduler (docs/install.md "Pack GPUs"): one profile, MostAllocated on the
+    pool's GPU resource and no default topology spread (what `make e2e` scenarios 11 and 12
+    run in a real kube-scheduler); research Jobs select it unless their template names
+    another scheduler; valid Kubernetes objects; none of the scaler's selectors reaches its
+    pods (they would join the scaler's Service, PDB and NetworkPolicy)."""
+    extra = {
+        "binpackScheduler": {"enabled": True},
+        "pool": {"capacity": {"nodes": {"resource": "amd.com/gpu"}}},
+    }
+    docs = _binpack(helm, tmp_path, extra)
+    cfg = _scheduler_config(docs)
+    (profile,) = cfg["profiles"]
+    assert profile["schedulerName"] == "gpu-binpack"
+    plugins = {p["name"]: p["args"] for p in profile["pluginConfig"]}
+    assert plugins == {
+        "NodeResourcesFit": {
+            "scoringStrategy": {
+                "type": "MostAllocated",
+                "resources": [{"name": "amd.com/gpu", "weight": 1}],
+            }
+        },
+        "PodTopologySpread": {"defaultingType": "List", "defaultConstraints": []},
+    }
+    # Leader election on a Lease its Role lets it update, in the release namespace.
+    le = cfg["leaderElection"]
+    assert (le["leaderElect"], le["resourceLock"]) == (True, "leases")
+    assert (le["resourceName"], le["resourceNamespace"]) == (SCHED, NAMESPACE)
+    lease = one(docs, "Role", f"{SCHED}-lease")
+    assert {"resourceNames": [SCHED], "verbs": ["get", "update"]}.items() <= lease["rules"][
+        1
+    ].items()
+
+    got = {
+        ours(sj)["metadata"]["researchClass"]: sj["spec"]["jobTargetRef"]["template"]["spec"].get(
+            "schedulerName"
+        )
+        for sj in objs(docs, "ScaledJob")
+    }
+    assert got == {"eval": "gpu-binpack", "own": "their-scheduler"}
+
+    # Upstream kube-scheduler's roles, bound to its own ServiceAccount only.
+    sa = {"kind": "ServiceAccount", "name": SCHED, "namespace": NAMESPACE}
+    bindings = {
+        (b["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"]): b["subjects"]
+        for b in objs(docs, "ClusterRoleBinding") + objs(docs, "RoleBinding")
+        if b["metadata"]["name"].startswith(SCHED)
+    }
+    assert bindings == {
+        ("ClusterRoleBinding", None, "system:kube-scheduler"): [sa],
+        ("ClusterRoleBinding", None, "system:volume-scheduler"): [sa],
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"): [sa],
+        ("RoleBinding", NAMESPACE, f"{SCHED}-lease"): [sa],
+    }
+
+    dep = one(docs, "Deployment", SCHED)
+    pod = dep["spec"]["template"]
+    (c,) = pod["spec"]["containers"]
+    assert c["command"][:2] == [
+        "kube-scheduler",
+        "--config=/etc/gpu-pool-scaler/scheduler/config.yaml",
+    ]
+    assert pod["spec"]["serviceAccountName"] == SCHED
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    labels = pod["metadata"]["labels"]
+    scaler_selectors = [
+        one(docs, "Deployment", f"{RELEASE}-gpu-pool-scaler")["spec"]["selector"]["matchLabels"],
+        one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
+        one(docs, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
+        *[svc["spec"]["selector"] for svc in objs(docs, "Service")],
+    ]
+    for sel in scaler_selectors:
+        assert not sel.items() <= labels.items(), sel
+    assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for d in docs:
+        if d["metadata"]["name"].startswith(SCHED):
+            kubernetes_validate.validate(d, KUBE_VERSION, strict=True)
+    # NOTES say what the chart cannot do for the SRE: the inference Deployments.
+    notes = _notes(helm, CHART / "ci" / "monitoring-values.yaml", tmp_path / "v.yaml")
+    assert "spec.template.spec.schedulerName: gpu-binpack" in notes
+    assert f"get lease {SCHED}" in notes
+
+
+@pytest.mark.parametrize(
+    ("values", "kube_version", "want"),
+    [
+        pytest.param({}, "1.33.2", "registry.k8s.io/kube-scheduler:v1.33.2", id="cluster-version"),
+        pytest.param(
+            {"global": {"imageRegistry": "mirror.example:5000/k8s"}},
+            "1.34.1",
+            "mirror.example:5000/k8s/kube-scheduler:v1.34.1",
+            id="global-registry",
+        ),
+        pytest.param(
+            {"binpackScheduler": {"image": {"tag": "v1.32.9"}}},
+            "1.34.1",
+            "registry.k8s.io/kube-scheduler:v1.32.9",
+            id="tag",
+        ),
+        pytest.param(
+            {"binpackScheduler": {"image": {"digest": "sha256:" + "a" * 64}}},
+            "1.34.1",
+            "registry.k8s.io/kube-scheduler@sha256:" + "a" * 64,
+            id="digest",
+        ),
+    ],
+)
+def test_binpack_scheduler_image_is_the_clusters_kube_scheduler(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], kube_version: str, want: str
+) -> None:
+    extra = copy.deepcopy(values)
+    extra.setdefault("binpackScheduler", {})["enabled"] = True
+    docs = _binpack(helm, tmp_path, extra, kube_version=kube_version)
+    (c,) = one(docs, "Deployment", SCHED)["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == want
+
+
+def test_binpack_scheduler_options(helm: Helm, tmp_path: Path) -> None:
+    """`research: false` leaves research on its own scheduler; extraPluginConfig replaces the
+    chart's entry of the same name (kube-scheduler refuses a plugin configured twice); the
+    config checksum rolls the pods when the profile changes."""
+    base = {"enabled": True, "research": False}
+    plain = _binpack(helm, tmp_path, {"binpackScheduler": base})
+    assert [
+        sj["spec"]["jobTargetRef"]["template"]["spec"].get("schedulerName")
+        for sj in objs(plain, "ScaledJob")
+    ] == [None, "their-scheduler"]
+    fit = {
+        "name": "NodeResourcesFit",
+        "args": {
+            "scoringStrategy": {
+                "type": "MostAllocated",
+                "resources": [{"name": "cpu", "weight": 1}],
+            }
+        },
+    }
+    extra = {**base, "extraPluginConfig": [fit], "name": "packer"}
+    tuned = _binpack(helm, tmp_path, {"binpackScheduler": extra})
+    (profile,) = _scheduler_config(tuned)["profiles"]
+    assert profile["schedulerName"] == "packer"
+    assert [p["name"] for p in profile["pluginConfig"]] == ["PodTopologySpread", "NodeResourcesFit"]
+    assert profile["pluginConfig"][1] == fit
+
+    def checksum(docs: list[dict[str, Any]]) -> str:
+        return str(
+            one(docs, "Deployment", SCHED)["spec"]["template"]["metadata"]["annotations"][
+                "checksum/config"
+            ]
+        )
+
+    assert checksum(plain) != checksum(tuned)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param({"name": "default-scheduler"}, "binpackScheduler.name", id="default-name"),
+        pytest.param({"replicas": 0}, "/binpackScheduler/replicas", id="no-replica"),
+        pytest.param(
+            {"extraPluginConfig": [{"args": {}}]},
+            "/binpackScheduler/extraPluginConfig/0",
+            id="plugin-without-name",
+        ),
+    ],
+)
+def test_binpack_scheduler_bad_values_are_refused(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump({"binpackScheduler": {"enabled": True, **values}}))
+    proc = helm.template(CHART / "ci" / "minimal-values.yaml", f)
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize(
     ("pc_values", "want"),
     [

@@ -75,6 +75,23 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* binpackScheduler's image: the upstream kube-scheduler of the cluster's own version
+     unless a tag is given (`vX.Y.Z` of .Capabilities.KubeVersion, without a provider
+     suffix such as `-eks-...`, which registry.k8s.io does not publish). */}}
+{{- define "gps.binpackSchedulerImage" -}}
+{{- $i := .Values.binpackScheduler.image }}
+{{- $g := default dict .Values.global }}
+{{- $gImage := default dict $g.image }}
+{{- $registry := default $i.registry (default $gImage.registry $g.imageRegistry) | trimSuffix "/" }}
+{{- $repo := ternary (printf "%s/%s" $registry $i.repository) $i.repository (ne $registry "") }}
+{{- $tag := default (regexFind "^v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version) $i.tag }}
+{{- if $i.digest }}
+{{- printf "%s@%s" $repo $i.digest }}
+{{- else }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
 {{- define "gps.inferencePriorityClass" -}}
 {{- default (printf "%s-inference" (include "gps.fullname" .)) .Values.priorityClasses.inference.name }}
 {{- end }}

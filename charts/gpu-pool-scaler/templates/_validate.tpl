@@ -34,6 +34,10 @@ Rendered by templates/validate.yaml, which helm renders before the other templat
 {{- fail (printf "scrape.staleAfterSeconds (%v) must be at least scrape.intervalSeconds (%v): every sample would be stale" $stale $interval) }}
 {{- end }}
 
+{{- if and $v.binpackScheduler.enabled (eq $v.binpackScheduler.name "default-scheduler") }}
+{{- fail "binpackScheduler.name: must not be default-scheduler, the cluster's own scheduler: two schedulers of one name both place its pods; keep gpu-binpack or pick another name" }}
+{{- end }}
+
 {{- if eq (int $v.server.grpcPort) (int $v.server.metricsPort) }}
 {{- fail (printf "server.metricsPort: must differ from server.grpcPort (both %d)" (int $v.server.grpcPort)) }}
 {{- end }}
