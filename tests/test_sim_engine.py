@@ -63,9 +63,35 @@ def test_pool_never_overcommits_and_accounts_consistently(name: str) -> None:
     assert res.ledger.useful_gpu_s <= res.research_alloc_gpu_s + 1e-6
     assert res.ledger.lost_gpu_s <= res.research_alloc_gpu_s
     assert res.served > 0.95 * res.ttft.size
+    # Every measured GPU-second is inference's, research's or idle (pool_gpus × the span).
+    total = res.inference_gpu_s + res.research_alloc_gpu_s + res.idle_gpu_s
+    assert total == pytest.approx(SCN.pool_gpus * 4500.0)
+    assert 0.0 <= res.idle_research_pending_gpu_s <= res.idle_gpu_s
     if name == "static-peak":
         assert res.research_alloc_gpu_s == 0 and res.ledger.preemptions == 0
         assert set(s.replicas) == {4}  # ceil(4 req/s / 1 req/s per replica)
+
+
+def test_spread_placement_strands_gpus_research_pods_wait_for() -> None:
+    """kube-scheduler's default profile spreads pods (`placement="spread"`): the free GPUs
+    end up in pieces on every node, and a created 4- or 8-GPU research pod waits while
+    GPUs stand idle; packed, that hardly happens. The bench reports it as
+    `idle_while_research_pending_gpu_hours` (docs/bench.md "Placement")."""
+    w = make_workload(
+        STEP, start_s=3600.0, duration_s=4500.0, peak_rps=4.0, rng=np.random.default_rng(1),
+        lead_in_s=600.0,
+    )  # fmt: skip
+    cfg = pool_config(SCN, CAL)
+    stranded = {}
+    for placement in ("pack", "spread"):
+        pols, _ = make_policies(SCN, cfg, CAL, w, -600.0, 4500.0)
+        res = simulate_policy(
+            pols["ours"], w, spec=SCN.spec, pool_gpus=SCN.pool_gpus,
+            gpus_per_node=SCN.gpus_per_node, classes=list(SCN.classes), t_start=-600.0,
+            t_end=4500.0, initial_replicas=1, seed=1, placement=placement,
+        )  # fmt: skip
+        stranded[placement] = res.idle_research_pending_gpu_s / 3600.0
+    assert stranded["spread"] > 3 * stranded["pack"] and stranded["spread"] > 0.5, stranded
 
 
 def test_ours_runs_the_server_policy_and_gives_gpus_back_on_the_ramp() -> None:

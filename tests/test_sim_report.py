@@ -54,6 +54,8 @@ KEYS = {
     "oracle_harvest_at_equal_attainment_gpu_hours",
     "share_of_oracle_at_equal_attainment",
     "lost_gpu_hours",
+    "idle_gpu_hours",
+    "idle_while_research_pending_gpu_hours",
     "preemptions",
     "declined_starts",
     "give_back_planned",

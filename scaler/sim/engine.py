@@ -98,6 +98,10 @@ class PolicyResult:
     decided_by: dict[str, float] = field(default_factory=dict)
     # The research give-back the policy planned at the end (ours: core.giveback's note).
     give_back: str = ""
+    # Measured GPU-seconds no pod held, and the part of them while a research pod waited
+    # to be placed (its Job created: the GPUs were granted but no node had room for it).
+    idle_gpu_s: float = 0.0
+    idle_research_pending_gpu_s: float = 0.0
 
 
 def simulate_policy(
@@ -140,6 +144,8 @@ def simulate_policy(
     changes = 0
     inf_gpu_s = 0.0
     res_gpu_s = 0.0
+    idle_gpu_s = 0.0
+    idle_pending_gpu_s = 0.0
     busy_prev = np.zeros(pods.max_rows)
     last_arrival_idx = workload.arrivals(t_start, t_start)[0]
 
@@ -221,6 +227,11 @@ def simulate_policy(
         if now >= measure_from:
             inf_gpu_s += held["inference"] * tm.dt_s
             res_gpu_s += held["research"] * tm.dt_s
+            idle = pool_gpus - held["inference"] - held["research"]
+            if idle > 0:
+                idle_gpu_s += idle * tm.dt_s
+                if any(p.kind == "research" for p in pods.cluster.pending):
+                    idle_pending_gpu_s += idle * tm.dt_s
         if k % every["rec"] == 0:
             series.t.append(now)
             series.inference.append(held["inference"])
@@ -259,4 +270,6 @@ def simulate_policy(
         arr,
         decided_by=decided_by,
         give_back=policy.give_back_note(),
+        idle_gpu_s=idle_gpu_s,
+        idle_research_pending_gpu_s=idle_pending_gpu_s,
     )

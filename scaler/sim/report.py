@@ -117,6 +117,10 @@ def policy_metrics(
         "oracle_harvest_at_equal_attainment_gpu_hours": at_equal,
         "share_of_oracle_at_equal_attainment": h / at_equal if at_equal > 0 else 0.0,
         "lost_gpu_hours": r.ledger.lost_gpu_s / 3600.0,
+        # GPU-hours no pod held; of them, while a created research pod waited for a node
+        # with room (placement: the free GPUs were in pieces too small for it).
+        "idle_gpu_hours": r.idle_gpu_s / 3600.0,
+        "idle_while_research_pending_gpu_hours": r.idle_research_pending_gpu_s / 3600.0,
         "preemptions": int(r.ledger.preemptions),
         # Research pods whose queue worker found no free slot and took nothing
         # (`--worker-slot-check`; always 0 without it).
@@ -200,8 +204,9 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         f"({slo:g} s) | as vLLM's histogram reads it | queue p99 (s) | inference GPU-h "
         "| research harvested GPU-h "
         "| share of oracle | share of oracle at equal attainment "
-        "| research lost GPU-h (% of harvested) | preemptions | replica changes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| research lost GPU-h (% of harvested) | preemptions | replica changes "
+        "| idle GPU-h (of it, research pods waiting for a node) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in run.results.items():
         m = data["policies"][name]
@@ -214,7 +219,8 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
             f"| {m['inference_gpu_hours']:.1f} | {h:.1f} | {m['oracle_share']:.1%} "
             f"| {m['share_of_oracle_at_equal_attainment']:.1%} "
             f"| {m['lost_gpu_hours']:.1f} ({lost_pct}) | {m['preemptions']} "
-            f"| {m['replica_changes']} |"
+            f"| {m['replica_changes']} "
+            f"| {m['idle_gpu_hours']:.1f} ({m['idle_while_research_pending_gpu_hours']:.1f}) |"
         )
     for name in run.results:
         shares = data["policies"][name]["target_set_by"]
