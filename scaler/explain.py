@@ -56,7 +56,8 @@ def _free_lines(p: PoolSplit, cfg: Config) -> list[str]:
         if room < total // g:
             line += (
                 f": fragmented, {total} free GPUs would hold {total // g}; kube-scheduler "
-                'spreads pods unless it packs GPUs (docs/install.md "Pack GPUs")'
+                'spreads pods unless it packs GPUs (docs/install.md "Pack GPUs"; the '
+                "chart's binpackScheduler)"
             )
         lines.append(line)
     return lines
