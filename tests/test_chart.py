@@ -791,6 +791,26 @@ def test_binpack_scheduler_packs_the_pools_gpus_and_research_selects_it(
     assert f"get lease {SCHED}" in notes
 
 
+def test_binpack_scheduler_down_alerts_on_its_own_deployment(helm: Helm, tmp_path: Path) -> None:
+    """With binpackScheduler and the PrometheusRule (the monitoring CI values), one more
+    alert: kube-state-metrics' available replicas of the scheduler Deployment the chart
+    renders (a renamed Deployment would leave an alert that never fires)."""
+    docs = _binpack(helm, tmp_path, {"binpackScheduler": {"enabled": True}})
+    (group,) = one(docs, "PrometheusRule")["spec"]["groups"]
+    (alert,) = [r for r in group["rules"] if r.get("alert") == "GpuPoolScalerBinpackSchedulerDown"]
+    m = re.fullmatch(
+        r'max\(kube_deployment_status_replicas_available\{namespace="([^"]+)",'
+        r'deployment="([^"]+)"\}\) < 1',
+        alert["expr"],
+    )
+    assert m, alert["expr"]
+    dep = one(docs, "Deployment", m.group(2))
+    assert dep["metadata"]["namespace"] == m.group(1) == NAMESPACE
+    assert dep["spec"]["template"]["spec"]["containers"][0]["name"] == "kube-scheduler"
+    assert (alert["for"], alert["labels"]["severity"]) == ("5m", "critical")
+    assert "gpu-binpack" in alert["annotations"]["description"]
+
+
 @pytest.mark.parametrize(
     ("values", "kube_version", "want"),
     [
