@@ -6,6 +6,7 @@
 #   cluster/build.sh            build what is not cached yet, then print name=path lines
 #   cluster/build.sh --paths    print name=path lines; fail if anything is not built
 #   cluster/build.sh --force    rebuild everything
+#   cluster/build.sh [--paths|--force] NAME...   only those binaries (e.g. promtool)
 #
 # Binaries are cached outside the repo:
 #   ${GPS_CLUSTER_CACHE:-$HOME/.cache/gpu-pool-scaler/cluster}/bin/<binary>-<version>/<binary>
@@ -19,12 +20,15 @@ MODULES="$HERE/modules"
 CACHE="${GPS_CLUSTER_CACHE:-$HOME/.cache/gpu-pool-scaler/cluster}"
 GO="${GO:-go}"
 MODE=build
-case "${1:-}" in
-  --paths) MODE=paths ;;
-  --force) MODE=force ;;
-  "") ;;
-  *) echo "usage: $0 [--paths|--force]" >&2; exit 2 ;;
-esac
+ONLY=()
+for a in "$@"; do
+  case "$a" in
+    --paths) MODE=paths ;;
+    --force) MODE=force ;;
+    -*) echo "usage: $0 [--paths|--force] [NAME...]" >&2; exit 2 ;;
+    *) ONLY+=("$a") ;;
+  esac
+done
 
 # The machine has 2 cores: two parallel compile jobs, never more.
 export GOFLAGS="-p=2 -mod=readonly -buildvcs=false ${GOFLAGS:-}"
@@ -40,6 +44,7 @@ TARGETS=(
   "kwok|kwok|sigs.k8s.io/kwok|sigs.k8s.io/kwok/cmd/kwok"
   "keda-operator|keda|github.com/kedacore/keda/v2|github.com/kedacore/keda/v2/cmd/operator"
   "keda-adapter|keda|github.com/kedacore/keda/v2|github.com/kedacore/keda/v2/cmd/adapter"
+  "promtool|prometheus|github.com/prometheus/prometheus|github.com/prometheus/prometheus/cmd/promtool"
 )
 
 log() { echo "[build] $*" >&2; }
@@ -74,6 +79,7 @@ FAILED=()
 OUT=()
 for t in "${TARGETS[@]}"; do
   IFS='|' read -r bin wrapper mod pkg <<<"$t"
+  if ((${#ONLY[@]})) && [[ " ${ONLY[*]} " != *" $bin "* ]]; then continue; fi
   ver="$(module_version "$wrapper" "$mod")"
   if [[ -z "$ver" ]]; then
     echo "[build] cannot read the version of $mod from $MODULES/$wrapper/go.mod" >&2; exit 1

@@ -88,7 +88,7 @@ class ClusterError(RuntimeError):
 def binaries() -> dict[str, str]:
     """name -> path of each binary, from `cluster/build.sh --paths` (fails if not built)."""
     proc = subprocess.run(
-        [str(CLUSTER_DIR / "build.sh"), "--paths"], capture_output=True, text=True
+        [str(CLUSTER_DIR / "build.sh"), "--paths", *COMPONENTS], capture_output=True, text=True
     )
     if proc.returncode != 0:
         raise ClusterError(

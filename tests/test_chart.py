@@ -1560,6 +1560,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "GpuPoolScalerStaleDecisions",
         "GpuPoolScalerConfigRejected",
         "GpuPoolScalerHpaIgnoresAnswer",
+        "GpuPoolScalerReplicasNotReady",
     }
     selector = f'job="{RELEASE}-gpu-pool-scaler",namespace="{NAMESPACE}"'
     exported = _registry_names()
