@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support.paths import REPO
+from tests.support.tools import ensure_tool
 from tests.test_chart import CHART, NAMESPACE, RELEASE, Helm, helm, one  # noqa: F401
 
 SEL = {"job": f"{RELEASE}-gpu-pool-scaler", "namespace": NAMESPACE, "instance": "10.0.0.9:9090"}
@@ -190,15 +190,7 @@ CASES = [
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    proc = subprocess.run(
-        ["bash", str(REPO / "tools" / "ensure-promtool.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"tools/ensure-promtool.sh failed ({proc.returncode}):\n{proc.stderr}")
-    return proc.stdout.strip().splitlines()[-1]
+    return ensure_tool("ensure-promtool.sh", 1800)  # a first build: ~3 min on 2 cores
 
 
 @pytest.fixture(scope="session")

@@ -53,6 +53,7 @@ from scaler.sim.kube import research_priorities
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 from tests.support.pki import make_pki
+from tests.support.tools import ensure_tool
 
 pytestmark = pytest.mark.helm
 
@@ -79,15 +80,7 @@ RESEARCH_CHART_KEYS = {"scaledJob", "namespace", "queue"}
 @pytest.fixture(scope="session")
 def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Helm]:
     """A real helm binary from tools/install-helm.sh. Fails (never skips) without one."""
-    proc = subprocess.run(
-        ["bash", str(REPO / "tools" / "install-helm.sh")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"tools/install-helm.sh failed ({proc.returncode}):\n{proc.stderr}")
-    binary = proc.stdout.strip().splitlines()[-1]
+    binary = ensure_tool("install-helm.sh", 600)
     home = tmp_path_factory.mktemp("helm-home")
     env = {
         **os.environ,

@@ -4,25 +4,14 @@
 # Debian/Ubuntu: installs the distribution package as root, or through passwordless sudo.
 # Anywhere else it fails with what to install: the tests never skip for want of Redis.
 set -euo pipefail
-if command -v redis-server >/dev/null; then
-  redis-server --version
-  exit 0
-fi
-if command -v apt-get >/dev/null; then
-  sudo=""
-  if [[ "$(id -u)" != 0 ]]; then
-    if sudo -n true 2>/dev/null; then sudo="sudo -n"; else
-      echo "ensure-redis: redis-server is missing and this user cannot apt-get install it;" \
-        "run: sudo apt-get install -y redis-server" >&2
-      exit 1
-    fi
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if ! command -v redis-server >/dev/null; then
+  rc=0
+  bash "$HERE/apt-install.sh" redis-server "ensure-redis: redis-server" || rc=$?
+  if ((rc == 3)); then
+    echo "ensure-redis: redis-server is missing: install Redis >= 6.2 (brew install redis," \
+      "dnf install redis, ...) so that redis-server is on PATH" >&2
   fi
-  echo "ensure-redis: installing redis-server (Debian package)" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
-  redis-server --version
-  exit 0
+  ((rc == 0)) || exit 1
 fi
-echo "ensure-redis: redis-server is missing: install Redis >= 6.2 (brew install redis," \
-  "dnf install redis, ...) so that redis-server is on PATH" >&2
-exit 1
+redis-server --version
