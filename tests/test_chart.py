@@ -841,9 +841,20 @@ def test_binpack_scheduler_image_is_the_clusters_kube_scheduler(
 def test_binpack_scheduler_options(helm: Helm, tmp_path: Path) -> None:
     """`research: false` leaves research on its own scheduler; extraPluginConfig replaces the
     chart's entry of the same name (kube-scheduler refuses a plugin configured twice); the
-    config checksum rolls the pods when the profile changes."""
+    config checksum rolls the pods when the profile changes; `rbac.create: false` leaves
+    its bindings to the SRE too."""
     base = {"enabled": True, "research": False}
     plain = _binpack(helm, tmp_path, {"binpackScheduler": base})
+    no_rbac = _binpack(helm, tmp_path, {"binpackScheduler": base, "rbac": {"create": False}})
+    for docs, n in ((plain, 5), (no_rbac, 0)):
+        rbac = [
+            d
+            for d in docs
+            if d["kind"] in ("ClusterRoleBinding", "RoleBinding", "Role")
+            and d["metadata"]["name"].startswith(SCHED)
+        ]
+        assert len(rbac) == n
+    one(no_rbac, "Deployment", SCHED)
     assert [
         sj["spec"]["jobTargetRef"]["template"]["spec"].get("schedulerName")
         for sj in objs(plain, "ScaledJob")
