@@ -86,12 +86,6 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         "(kube-scheduler with a MostAllocated profile on nvidia.com/gpu, docs/install.md); "
         "spread = the most GPUs free (kube-scheduler's default LeastAllocated)",
     )
-    p.add_argument(
-        "--watch-pods",
-        action="store_true",
-        help="the scaler (and the oracle) see the free GPUs per node and the bound research "
-        "pods (pool.capacity.nodes.subtractForeignPods: true): research slots fit the nodes",
-    )
     sigterm = p.add_mutually_exclusive_group()
     sigterm.add_argument(
         "--checkpoint-on-sigterm",
@@ -214,7 +208,6 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         slo_ttft_s=a.slo,
         reserve_gpus=a.reserve_gpus,
         placement=a.placement,
-        watch_pods=a.watch_pods,
         burst=a.burst,
         ours_slo=not a.no_slo,
         ours_forecast=not a.no_forecast,

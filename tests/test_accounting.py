@@ -7,15 +7,7 @@ from typing import Any
 import pytest
 
 from scaler.config import Config, ResearchClass, parse_config
-from scaler.core.accounting import (
-    Capacity,
-    HarvestMeter,
-    allocate,
-    fit_slots,
-    inference_gpus,
-    placeable,
-    split_pool,
-)
+from scaler.core.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
 from scaler.core.decision import ServiceDecision, replica_room
 from scaler.core.reserve import ReserveTracker
 
@@ -261,94 +253,6 @@ def test_split_carries_the_free_gpus_by_node(ready: bool) -> None:
         cfg, {"chat": sd("chat", 1, 1)}, Capacity(16), 4, ready_for_research=ready
     )
     assert split.free_by_node is None
-
-
-# (classes, budget, bound Jobs per class, free GPUs per node, expected slots)
-FIT_CASES = [
-    pytest.param(
-        [rc("pretrain", 8), rc("eval", 1)],
-        16,
-        {},
-        (8, 8),
-        {"pretrain": 1, "eval": 8},
-        id="whole-nodes-free-nothing-changes",
-    ),
-    pytest.param(
-        [rc("pretrain", 8), rc("eval", 1)],
-        16,
-        {},
-        (4, 4, 4, 4),
-        {"pretrain": 0, "eval": 16},
-        id="no-node-holds-8-the-eval-class-gets-its-gpus",
-    ),
-    pytest.param(
-        [rc("pretrain", 8), rc("eval", 1)],
-        16,
-        {"pretrain": 1},
-        (4, 4),
-        {"pretrain": 1, "eval": 8},
-        id="a-bound-job-keeps-its-slot",
-    ),
-    pytest.param(
-        [rc("finetune", 4), rc("eval", 1, maxJobs=2)],
-        12,
-        {},
-        (6, 3, 3),
-        {"finetune": 1, "eval": 2},
-        id="capped-and-nothing-else-can-take-the-rest",
-    ),
-    pytest.param(
-        [rc("big", 4, priority=1), rc("small", 2)],
-        8,
-        {},
-        (4, 2, 2),
-        {"big": 1, "small": 2},
-        id="priority-placed-first-then-the-rest",
-    ),
-    pytest.param([rc("a", 2)], 8, {}, (), {"a": 0}, id="no-nodes-no-new-jobs"),
-    pytest.param(
-        [rc("a", 2)], 4, {"a": 5}, (1, 1), {"a": 2}, id="more-bound-than-slots-stays-at-allocate"
-    ),
-]
-
-
-@pytest.mark.parametrize(("classes", "budget", "bound", "free", "expected"), FIT_CASES)
-def test_fit_slots(
-    classes: list[dict[str, Any]],
-    budget: int,
-    bound: dict[str, int],
-    free: tuple[int, ...],
-    expected: dict[str, int],
-) -> None:
-    research = [ResearchClass.model_validate(c) for c in classes]
-    slots, lost = fit_slots(research, budget, bound, free)
-    assert slots == expected
-    first = allocate(research, budget)
-    assert sum(slots[c.name] * c.gpusPerJob for c in research) <= budget
-    for c in research:
-        # Never above what allocate gives a class it can place, never below its bound Jobs
-        # (when allocate gave that many), and every new Job fits on the nodes.
-        assert lost[c.name] == max(0, first[c.name] - slots[c.name])
-        assert slots[c.name] >= min(first[c.name], bound.get(c.name, 0))
-    # Every unbound Job fits on the nodes as they are now.
-    fits = placeable(research, slots, bound, free)
-    assert all(fits[c.name] == max(0, slots[c.name] - bound.get(c.name, 0)) for c in research)
-
-
-def test_split_fits_slots_to_the_nodes_and_says_why() -> None:
-    """With the pods watched (free per node and bound research pods known), a class whose
-    next Job no node has room for gets fewer slots and the split says so; without them,
-    the scalar split as before."""
-    cfg = make_cfg([rc("pretrain", 8), rc("eval", 1)])
-    cap = Capacity(20, free_by_node=(4, 4, 4, 4), research_bound={})
-    split, research = split_pool(cfg, {"chat": sd("chat", 1, 1)}, cap, 0, ready_for_research=True)
-    assert split.headroom_gpus == 16
-    assert (research["pretrain"].slots, research["eval"].slots) == (0, 16)
-    assert "no node with 8 free GPU(s) (largest free on one node: 4)" in research["pretrain"].reason
-    _, scalar = split_pool(
-        cfg, {"chat": sd("chat", 1, 1)}, Capacity(20), 0, ready_for_research=True
-    )
-    assert (scalar["pretrain"].slots, scalar["eval"].slots) == (1, 8)
 
 
 def test_negative_reserve_rejected() -> None:

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scaler.config import Config, ResearchClass, parse_config
-from scaler.core.accounting import Capacity, allocate, fit_slots, placeable, split_pool
+from scaler.config import Config, parse_config
+from scaler.core.accounting import Capacity, split_pool
 from scaler.core.decision import ServiceDecision
 
 research_class = st.fixed_dictionaries(
@@ -146,31 +146,3 @@ def test_split_invariants(sc: dict[str, Any]) -> None:
             if slots[b.name] < b.maxJobs and b.gpusPerJob <= a.gpusPerJob:
                 before_last = (slots[a.name] - 1) * a.gpusPerJob / a.weight
                 assert before_last <= slots[b.name] * b.gpusPerJob / b.weight + 1e-9
-
-
-@st.composite
-def fit_inputs(draw: st.DrawFn) -> dict[str, Any]:
-    classes = draw(st.lists(research_class, min_size=1, max_size=5))
-    nodes = draw(st.lists(st.integers(0, 8), min_size=0, max_size=12))
-    bound = {f"r{i}": draw(st.integers(0, 6)) for i in range(len(classes))}
-    budget = draw(st.integers(0, sum(nodes) + 8))  # the reserve keeps some free; or none
-    return {"classes": classes, "free": tuple(nodes), "bound": bound, "budget": budget}
-
-
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fit_inputs())
-def test_fit_slots_invariants(sc: dict[str, Any]) -> None:
-    """Slots fitted to the nodes: within the budget and maxJobs, every unbound Job has a
-    place on the nodes as they are, a class loses only what it cannot place, and the GPUs
-    it loses can go to others (never more lent than the budget)."""
-    classes = [
-        ResearchClass.model_validate({"name": f"r{i}", **c}) for i, c in enumerate(sc["classes"])
-    ]
-    slots, lost = fit_slots(classes, sc["budget"], sc["bound"], sc["free"])
-    first = allocate(classes, sc["budget"])
-    assert sum(slots[c.name] * c.gpusPerJob for c in classes) <= sc["budget"]
-    fits = placeable(classes, slots, sc["bound"], sc["free"])
-    for c in classes:
-        assert 0 <= slots[c.name] <= c.maxJobs
-        assert fits[c.name] == max(0, slots[c.name] - sc["bound"][c.name])
-        assert lost[c.name] == max(0, first[c.name] - slots[c.name])

@@ -202,37 +202,6 @@ def test_free_gpus_by_node(pods: list[dict[str, Any]], free: tuple[int, ...]) ->
     assert cap.free_by_node == free
 
 
-def test_research_pods_bound_per_class() -> None:
-    """With the pods watched, the pool's research pods bound to a counted node, per class
-    (labels as the chart sets them): not pending ones, not ones being deleted, not other
-    pools' or other nodes', not finished ones (what `fit_slots` needs)."""
-
-    def research(name: str, cls: str, **kw: Any) -> dict[str, Any]:
-        return make_pod(
-            name, labels={**IN_POOL, "gpu-pool-scaler.io/research-class": cls}, gpus=1, **kw
-        )
-
-    deleting = research("eval-3", "eval", node="n1")
-    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T01:00:00Z"
-    deleting["metadata"]["deletionGracePeriodSeconds"] = 600
-    other_pool = research("eval-4", "eval", node="n1")
-    other_pool["metadata"]["labels"]["gpu-pool-scaler.io/pool"] = "other"
-    pods = [
-        research("eval-1", "eval", node="n1"),
-        research("eval-2", "eval", node="n2"),
-        research("train-1", "train", node="n2"),
-        research("train-2", "train"),  # pending: no node
-        research("train-3", "train", node="down"),  # a node not counted
-        research("eval-5", "eval", node="n1", phase="Succeeded"),
-        deleting,
-        other_pool,
-        make_pod("inf", node="n1", gpus=4, labels=IN_POOL),
-    ]
-    cap = capacity_from_nodes(NODES, pods, ncfg(subtractForeignPods=True), pool_name=POOL)
-    assert cap.research_bound == {"eval": 2, "train": 1}
-    assert capacity_from_nodes(NODES, pods, ncfg(), pool_name=POOL).research_bound is None
-
-
 def test_free_gpus_by_node_unknown_without_the_pod_list() -> None:
     assert capacity_from_nodes(NODES, None, ncfg(), pool_name=POOL).free_by_node is None
 
@@ -510,16 +479,11 @@ def test_watcher_subtracts_foreign_pods(api: FakeKubeAPI) -> None:
     api.put("nodes", make_node("gpu-2"))
     api.put("pods", make_pod("vllm-0", namespace="serving", node="gpu-1", gpus=4, labels=IN_POOL))
     api.put("pods", make_pod("dcgm", namespace="kube-system", node="gpu-2", gpus=1))
-    eval_labels = {**IN_POOL, "gpu-pool-scaler.io/research-class": "eval"}
-    api.put(
-        "pods", make_pod("eval-0", namespace="research", node="gpu-2", gpus=1, labels=eval_labels)
-    )
     w = start_watcher(api, clock, subtractForeignPods=True)
     try:
         wait_gpus(api, w, 16, foreign=1)
         cap = w.current()
-        assert cap is not None and cap.free_by_node == (6, 4)  # the pool's pods hold GPUs too
-        assert cap.research_bound == {"eval": 1}
+        assert cap is not None and cap.free_by_node == (7, 4)  # the pool's pods hold GPUs too
         pod_lists = [r for r in api.requests if r.resource == "pods" and not r.watch]
         assert pod_lists[0].path == "/api/v1/pods"
         assert "status.phase!=Succeeded" in pod_lists[0].query["fieldSelector"]

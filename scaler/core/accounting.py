@@ -12,9 +12,8 @@ without a decision, or no complete control cycle yet. It is never an error towar
 
 from __future__ import annotations
 
-import bisect
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from scaler.config import Config, ResearchClass
@@ -38,10 +37,6 @@ class Capacity:
     # there and not terminated); None: pods not watched (needs subtractForeignPods). Free
     # GPUs split across nodes fit no replica: see `replica_room`.
     free_by_node: tuple[int, ...] | None = None
-    # Research pods bound to a counted node and not being deleted, per research class; None:
-    # pods not watched (needs subtractForeignPods). With free_by_node, slots fit the nodes:
-    # see `fit_slots`.
-    research_bound: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         if self.total_gpus < 0 or self.foreign_gpus < 0:
@@ -121,69 +116,6 @@ def allocate(classes: list[ResearchClass], budget: int) -> dict[str, int]:
     return slots
 
 
-def placeable(
-    classes: Sequence[ResearchClass],
-    slots: Mapping[str, int],
-    bound: Mapping[str, int],
-    free_by_node: Sequence[int],
-) -> dict[str, int]:
-    """How many of each class's unbound Jobs (slots − bound: pods waiting for a node and
-    the Jobs KEDA would create) fit on the nodes' free GPUs now. Placed best fit (the node
-    with the fewest GPUs left over, as a packing scheduler), classes in the order the
-    scheduler takes their pods: higher priority first, then larger Jobs."""
-    free = sorted(free_by_node)
-    out = {}
-    for c in sorted(classes, key=lambda c: (-c.priority, -c.gpusPerJob)):
-        n = 0
-        for _ in range(max(0, slots.get(c.name, 0) - bound.get(c.name, 0))):
-            i = bisect.bisect_left(free, c.gpusPerJob)
-            if i == len(free):
-                break  # no node has room for one more of these
-            g = free.pop(i) - c.gpusPerJob
-            bisect.insort(free, g)
-            n += 1
-        out[c.name] = n
-    return out
-
-
-def fit_slots(
-    classes: Sequence[ResearchClass],
-    budget: int,
-    bound: Mapping[str, int],
-    free_by_node: Sequence[int],
-) -> tuple[dict[str, int], dict[str, int]]:
-    """`allocate`, with each class capped at its bound Jobs + those that fit on the nodes
-    now, and the GPUs a capped class cannot use offered to the others (a free GPU split
-    across nodes holds 1-GPU Jobs, not an 8-GPU one). Returns (slots, the slots each class
-    lost to the cap). Only lowers a class's slots below what fits: never above `allocate`'s
-    total for the budget. A Job already waiting keeps waiting (KEDA deletes none) and binds
-    when a node frees up."""
-    caps: dict[str, int] = {}
-    first = slots = allocate(list(classes), budget)
-    # Each round lowers at least one cap (a class's slots never exceed its cap), so this
-    # ends; the bound on rounds only guards against a bug, and then the caps apply as is.
-    for _ in range(4 * len(classes) + 4):
-        fits = placeable(classes, slots, bound, free_by_node)
-        over = {
-            c.name: bound.get(c.name, 0) + fits[c.name]
-            for c in classes
-            if slots[c.name] > bound.get(c.name, 0) + fits[c.name]
-        }
-        if not over:
-            break
-        caps.update(over)
-        capped = [
-            c.model_copy(update={"maxJobs": min(c.maxJobs, caps[c.name])}) if c.name in caps else c
-            for c in classes
-        ]
-        slots = allocate(capped, budget)
-    else:
-        fits = placeable(classes, slots, bound, free_by_node)
-        slots = {c.name: min(slots[c.name], bound.get(c.name, 0) + fits[c.name]) for c in classes}
-    lost = {c.name: max(0, first[c.name] - slots[c.name]) for c in classes}
-    return slots, lost
-
-
 def split_pool(
     cfg: Config,
     decisions: Mapping[str, ServiceDecision],
@@ -219,11 +151,7 @@ def split_pool(
         )
         return split, research
 
-    bound = capacity.research_bound if capacity is not None else None
-    if free is not None and bound is not None:
-        slots, unfit = fit_slots(cfg.research, headroom, bound, free)
-    else:
-        slots, unfit = allocate(list(cfg.research), headroom), {}
+    slots = allocate(list(cfg.research), headroom)
     withheld = _withhold(cfg, slots, headroom, withhold or {})
     used = sum(slots[c.name] * c.gpusPerJob for c in cfg.research)
     left = headroom - used
@@ -240,12 +168,6 @@ def split_pool(
             )
         else:
             why = f"{left} GPU(s) left < {c.gpusPerJob} per Job"
-        if unfit.get(c.name):
-            largest = max(free or (0,))
-            why = (
-                f"{unfit[c.name]} more Job(s) would find no node with {c.gpusPerJob} free "
-                f"GPU(s) (largest free on one node: {largest}); their GPUs go to other classes"
-            )
         if withheld[c.name]:
             why = (
                 f"forecast withholds {withheld[c.name]} Job(s): inference needs "

@@ -233,14 +233,12 @@ def capacity_from_nodes(
     foreign = 0
     deleting: dict[str, float] | None = None
     free: tuple[int, ...] | None = None
-    research_bound: dict[str, int] | None = None
     if cfg.subtractForeignPods:
         if pods is None:
             raise ValueError("subtractForeignPods needs the pod list")
         pods = list(pods)  # read twice: foreign requests, research deletions
         per_node: dict[str, int] = {}
         held: dict[str, int] = {}  # every pod's GPUs, the pool's own too
-        bound: dict[str, int] = {}  # this pool's research pods per class, bound, not deleted
         for pod in pods:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name not in counted:
@@ -250,17 +248,12 @@ def capacity_from_nodes(
             gpus = pod_request(pod, cfg.resource)
             held[node_name] = held.get(node_name, 0) + gpus
             if not is_foreign(pod, cfg.poolLabel, pool_name):
-                meta = obj_meta(pod)
-                cls = (meta.get("labels") or {}).get(RESEARCH_CLASS_LABEL)
-                if cls and not meta.get("deletionTimestamp"):
-                    bound[str(cls)] = bound.get(str(cls), 0) + 1
                 continue
             per_node[node_name] = per_node.get(node_name, 0) + gpus
         # A node cannot lose more GPUs than it has (over-requests are the scheduler's bug).
         foreign = sum(min(g, counted[n]) for n, g in per_node.items())
         free = tuple(sorted((max(0, g - held.get(n, 0)) for n, g in counted.items()), reverse=True))
         deleting = research_deleting(pods, cfg.poolLabel, pool_name)
-        research_bound = bound
     elif research_pods is not None:
         deleting = research_deleting(research_pods, cfg.poolLabel, pool_name)
 
@@ -277,7 +270,6 @@ def capacity_from_nodes(
         detail="; ".join(parts),
         research_deleting=deleting,
         free_by_node=free,
-        research_bound=research_bound,
     )
 
 

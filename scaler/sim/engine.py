@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from scaler.sim.kube import Hpa, Ledger, PodPhase, ResearchClassSpec
+from scaler.sim.kube import Hpa, Ledger, ResearchClassSpec
 from scaler.sim.pods import Lifecycle, Pods, RepState
 from scaler.sim.policies import Policy, PoolView
 from scaler.sim.profile import ReplicaSpec
@@ -120,12 +120,9 @@ def simulate_policy(
     progress: Callable[[float], None] | None = None,
     measure_from: float = 0.0,
     placement: str = "pack",
-    watch_pods: bool = False,
 ) -> PolicyResult:
     """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure
-    [measure_from, t_end) (multi-day runs: from the second day, once ours has history).
-    `watch_pods`: the policy sees the free GPUs per node and the bound research pods per
-    class (the scaler with `subtractForeignPods`), so research slots fit the nodes."""
+    [measure_from, t_end) (multi-day runs: from the second day, once ours has history)."""
     tm = timing or PoolTiming()
     svc = policy.cfg.inference[0]
     pods = Pods(
@@ -164,27 +161,8 @@ def simulate_policy(
         deleting = {
             str(id(p)): p.deleted_at for p in pods.cluster.terminating if p.kind == "research"
         }
-        free: tuple[int, ...] | None = None
-        bound: dict[str, int] | None = None
-        if watch_pods:
-            c = pods.cluster
-            free = tuple(sorted((int(f) for f in c.free), reverse=True))
-            bound = {}
-            for node_pods in c.pods_on:
-                for p in node_pods:
-                    if p.kind == "research" and p.phase is PodPhase.BOUND:
-                        name = p.owner.cls.name  # type: ignore[attr-defined]
-                        bound[name] = bound.get(name, 0) + 1
         return PoolView(
-            now,
-            samples,
-            busy,
-            starting,
-            spec_replicas,
-            len(ready) + starting,
-            deleting,
-            free_by_node=free,
-            research_bound=bound,
+            now, samples, busy, starting, spec_replicas, len(ready) + starting, deleting
         )
 
     for r in pods.start_ready(initial_replicas, t_start):  # warm start: already serving

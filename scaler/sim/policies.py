@@ -52,10 +52,6 @@ class PoolView:
     # Research pods being deleted (pod id -> time the deletion was asked), as the scaler's
     # pod watch sees them (deletionTimestamp − grace): its measured give-back.
     research_deleting: Mapping[str, float] = field(default_factory=dict)
-    # With the pods watched (`pool.capacity.nodes.subtractForeignPods`; the scenario's
-    # `watch_pods`): free GPUs per node, largest first, and bound research pods per class.
-    free_by_node: tuple[int, ...] | None = None
-    research_bound: Mapping[str, int] | None = None
 
 
 @dataclass
@@ -109,11 +105,7 @@ class Policy:
         _, research = split_pool(
             self.cfg,
             {svc.name: d},
-            Capacity(
-                self.capacity_gpus,
-                free_by_node=view.free_by_node,
-                research_bound=view.research_bound,
-            ),
+            Capacity(self.capacity_gpus),
             self.cfg.pool.reserveGPUs,
             ready_for_research=True,
         )
@@ -143,12 +135,7 @@ class Ours(Policy):
         targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
         wall = self.calendar_offset + view.now
         deleting = {k: self.calendar_offset + t for k, t in view.research_deleting.items()}
-        capacity = Capacity(
-            self.capacity_gpus,
-            research_deleting=deleting,
-            free_by_node=view.free_by_node,
-            research_bound=view.research_bound,
-        )
+        capacity = Capacity(self.capacity_gpus, research_deleting=deleting)
         inp = CycleInput(self.cfg, targets, capacity, view.now, wall, calendar=wall)
         self.decision, self.cycle = step(inp, self.cycle)
         sd = self.decision.services[svc.name]

@@ -32,12 +32,7 @@ def _placement(s: dict[str, Any]) -> str:
         "pack": "packed (the fewest GPUs left over: kube-scheduler with GPU bin packing)",
         "spread": "spread (the most GPUs free: kube-scheduler's default profile)",
     }[s.get("placement", "pack")]
-    fit = (
-        " The policies see the pods (subtractForeignPods): research slots fit the nodes."
-        if s.get("watch_pods")
-        else ""
-    )
-    return f"Nodes of {s['gpus_per_node']} GPUs, pods {how}.{fit}"
+    return f"Nodes of {s['gpus_per_node']} GPUs, pods {how}."
 
 
 def _on_sigterm(timing: dict[str, Any]) -> str:

@@ -71,8 +71,6 @@ class Scenario:
     # Where the scheduler binds a pod (scaler.sim.kube.PLACEMENTS): "pack" = kube-scheduler
     # with a MostAllocated profile on nvidia.com/gpu (docs/install.md), "spread" = its default.
     placement: str = "pack"
-    # The scaler watches the pods (`subtractForeignPods`): research slots fit the nodes.
-    watch_pods: bool = False
     model: str = "llama3-70b"
     seed: int = 1
     slo_ttft_s: float = 2.0
@@ -378,7 +376,6 @@ def _simulate_task(task: _Task) -> PolicyResult:
         progress=(lambda f: report(name, f)) if report is not None else None,
         measure_from=scn.score_from_s,
         placement=scn.placement,
-        watch_pods=scn.watch_pods,
     )
     r.wall_s = time.monotonic() - t
     return r
