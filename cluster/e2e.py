@@ -1513,7 +1513,9 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
     ServiceAccount (its token: the RBAC is what the pod gets). Checked: a pod selecting it
     stays Pending until it runs; it takes its Lease; /healthz and /livez (the probes) answer
     without credentials; it places pods as the bench's `--placement pack` (scenario 11's
-    checks); none of its requests was forbidden. The release's values are restored after."""
+    checks); an inference pod of the default scheduler preempts research pods it placed
+    (the two schedulers share preemption); none of its requests was forbidden. The
+    release's values are restored after."""
     from kubernetes import client
 
     core = c.api.core
@@ -1608,12 +1610,57 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
             [0] * PLACE_RESEARCH,
             1,
         )
+        # Preemption across schedulers: research pods this scheduler placed fill the pair's
+        # second node; an inference pod of the default scheduler must preempt four of them.
+        fill = [f"fill-{i}" for i in range(8)]
+        for n in fill:
+            body = kwok_pod(
+                n, research_pc, 1, None, "binpack-0", scheduler=BP_NAME, host_share=True
+            )
+            core.create_namespaced_pod(BP_NS, body)
+
+        def node_of(name: str) -> str | None:
+            return core.read_namespaced_pod(name, BP_NS).spec.node_name
+
+        for n in fill:
+            node = wait(f"{n} bound by the chart's scheduler", partial(node_of, n), 60)
+            if node != pair[1]:
+                raise Failed(f"{n} bound to {node}, expected the empty node {pair[1]}")
+        inf = kwok_pod(
+            "cross-inference", f"{FULL}-inference", 4, None, "binpack-0", host_share=True
+        )
+        core.create_namespaced_pod(BP_NS, inf)
+        node = wait(
+            "the default scheduler's inference pod bound after preempting",
+            partial(node_of, "cross-inference"),
+            90,
+        )
+        # Both nodes are full of research pods beside equal-priority inference: either is
+        # a valid choice; four research pods of that node must be gone.
+        research = fill + [f"pack-research-{i}" for i in range(PLACE_RESEARCH)]
+
+        def left() -> list[str]:
+            live = {
+                p.metadata.name
+                for p in core.list_namespaced_pod(BP_NS).items
+                if p.metadata.deletion_timestamp is None
+            }
+            return [n for n in research if n not in live]
+
+        gone = wait("four research pods preempted", lambda: len(left()) >= 4 and left(), 60)
+        if node not in pair or len(gone) != 4:
+            raise Failed(f"cross-scheduler preemption: bound to {node}, preempted {gone}")
         forbidden = [ln for ln in log.read_text(errors="replace").splitlines() if "forbidden" in ln]
         if forbidden:
             raise Failed(
                 f"the chart's scheduler was refused {len(forbidden)} request(s): {forbidden[:3]}"
             )
-        return {**placed, "lease_holder": holder, "image": container["image"]}
+        return {
+            **placed,
+            "lease_holder": holder,
+            "image": container["image"],
+            "preempted_by_default_scheduler": sorted(gone),
+        }
     finally:
         if sched is not None:
             sched.terminate()
