@@ -1569,10 +1569,14 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
         wait(
             "the binpack nodes are Ready", lambda: cluster.nodes_ready(core.api_client, dpair), 120
         )
+
+        def node_of(name: str) -> str | None:
+            return core.read_namespaced_pod(name, BP_NS).spec.node_name
+
         probe = kwok_pod("probe", research_pc, 1, None, "binpack-0", scheduler=BP_NAME)
         core.create_namespaced_pod(BP_NS, probe)
         time.sleep(3)
-        if core.read_namespaced_pod("probe", BP_NS).spec.node_name:
+        if node_of("probe"):
             raise Failed(f"a pod selecting {BP_NAME} was bound before the chart's scheduler ran")
 
         log = out_dir / "binpack-scheduler.log"
@@ -1588,11 +1592,7 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
             return spec.holder_identity if spec else None
 
         holder = wait(f"the chart's scheduler holds Lease {NS}/{name}", lease_holder, 60)
-        wait(
-            "the probe pod bound by the chart's scheduler",
-            lambda: core.read_namespaced_pod("probe", BP_NS).spec.node_name,
-            60,
-        )
+        wait("the probe pod bound by the chart's scheduler", partial(node_of, "probe"), 60)
         core.delete_namespaced_pod("probe", BP_NS, grace_period_seconds=0)
         wait(
             "the probe pod gone",
@@ -1619,9 +1619,6 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
             )
             core.create_namespaced_pod(BP_NS, body)
 
-        def node_of(name: str) -> str | None:
-            return core.read_namespaced_pod(name, BP_NS).spec.node_name
-
         for n in fill:
             node = wait(f"{n} bound by the chart's scheduler", partial(node_of, n), 60)
             if node != pair[1]:
@@ -1637,7 +1634,7 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
         )
         # Both nodes are full of research pods beside equal-priority inference: either is
         # a valid choice; four research pods of that node must be gone.
-        research = fill + [f"pack-research-{i}" for i in range(PLACE_RESEARCH)]
+        research = fill + [f"pack-research-{i}" for i in range(PLACE_RESEARCH)]  # placement_check's
 
         def left() -> list[str]:
             live = {
