@@ -75,6 +75,13 @@ stamp_for() { # wrapper flags
   { cat "$MODULES/$1/go.mod" "$MODULES/$1/go.sum"; "$GO" version; echo "$2 $GOFLAGS"; } | sha256sum | cut -c1-16
 }
 
+for name in "${ONLY[@]}"; do
+  if ! printf '%s\n' "${TARGETS[@]}" | grep -q "^$name|"; then
+    echo "[build] no binary named $name (known: $(printf '%s\n' "${TARGETS[@]}" | cut -d'|' -f1 | xargs))" >&2
+    exit 2
+  fi
+done
+
 FAILED=()
 OUT=()
 for t in "${TARGETS[@]}"; do

@@ -98,8 +98,9 @@ class PolicyResult:
     decided_by: dict[str, float] = field(default_factory=dict)
     # The research give-back the policy planned at the end (ours: core.giveback's note).
     give_back: str = ""
-    # Measured GPU-seconds no pod held, and the part of them while a research pod waited
-    # to be placed (its Job created: the GPUs were granted but no node had room for it).
+    # Measured GPU-seconds no pod held, and the part of them while a created research pod
+    # waited for a node with room (the free GPUs in pieces too small for it, or held for a
+    # nominated inference pod).
     idle_gpu_s: float = 0.0
     idle_research_pending_gpu_s: float = 0.0
 

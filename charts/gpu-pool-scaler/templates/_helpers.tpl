@@ -75,6 +75,11 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* binpackScheduler's objects (Deployment, ServiceAccount, ConfigMap, Lease) share this name. */}}
+{{- define "gps.binpackSchedulerName" -}}
+{{- printf "%s-scheduler" (include "gps.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
 {{/* binpackScheduler's image: the upstream kube-scheduler of the cluster's own version
      unless a tag is given (`vX.Y.Z` of .Capabilities.KubeVersion, without a provider
      suffix such as `-eks-...`, which registry.k8s.io does not publish). */}}
