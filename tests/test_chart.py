@@ -886,28 +886,6 @@ def test_binpack_scheduler_options(helm: Helm, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("values", "message"),
-    [
-        pytest.param({"name": "default-scheduler"}, "binpackScheduler.name", id="default-name"),
-        pytest.param({"replicas": 0}, "/binpackScheduler/replicas", id="no-replica"),
-        pytest.param(
-            {"extraPluginConfig": [{"args": {}}]},
-            "/binpackScheduler/extraPluginConfig/0",
-            id="plugin-without-name",
-        ),
-    ],
-)
-def test_binpack_scheduler_bad_values_are_refused(
-    helm: Helm, tmp_path: Path, values: dict[str, Any], message: str
-) -> None:
-    f = tmp_path / "v.yaml"
-    f.write_text(yaml.safe_dump({"binpackScheduler": {"enabled": True, **values}}))
-    proc = helm.template(CHART / "ci" / "minimal-values.yaml", f)
-    assert proc.returncode != 0
-    assert message in proc.stderr, proc.stderr
-
-
-@pytest.mark.parametrize(
     ("pc_values", "want"),
     [
         pytest.param(
@@ -1960,6 +1938,25 @@ class Bad:
 
 
 BAD = [
+    # binpackScheduler: the cluster's own scheduler name, no replica, a plugin without a name.
+    Bad(
+        "binpack-default-scheduler-name",
+        {"binpackScheduler": {"enabled": True, "name": "default-scheduler"}},
+        "binpackScheduler.name: must not be default-scheduler",
+        False,
+    ),
+    Bad(
+        "binpack-no-replica",
+        {"binpackScheduler": {"enabled": True, "replicas": 0}},
+        "at '/binpackScheduler/replicas'",
+        False,
+    ),
+    Bad(
+        "binpack-plugin-without-name",
+        {"binpackScheduler": {"enabled": True, "extraPluginConfig": [{"args": {}}]}},
+        "at '/binpackScheduler/extraPluginConfig/0'",
+        False,
+    ),
     Bad(
         "listen-address-hostname",
         {"server": {"listenAddress": "localhost"}},
