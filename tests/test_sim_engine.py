@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from scaler.core.policy import PolicyState
-from scaler.sim.engine import PolicyResult, simulate_policy
+from scaler.sim.engine import (
+    REPLICAS_LOADING,
+    REPLICAS_READY,
+    REPLICAS_WAITING_FOR_GPUS,
+    PolicyResult,
+    simulate_policy,
+)
 from scaler.sim.policies import Ours
 from scaler.sim.scenario import Calibration, Scenario, make_policies, pool_config
 from scaler.sim.workload import RateCurve, make_workload
@@ -106,6 +112,25 @@ def test_ours_runs_the_server_policy_and_gives_gpus_back_on_the_ramp() -> None:
     assert np.asarray(s.research)[(t > 600) & (t < 1800)].max() >= 8
     assert res.ledger.preemptions > 0
     assert float(np.mean(res.ttft <= 2.0)) > 0.9
+
+
+def test_each_request_records_what_the_replicas_were_doing_when_it_arrived() -> None:
+    """Static peak never scales: every request finds every replica serving. Ours takes GPUs
+    back from research on the ramp: requests arrive while a new replica waits out research's
+    grace period, and on this ramp those are the ones that miss (the bench's
+    misses_by_replicas_at_arrival)."""
+    static, _ = run("static-peak", SCN)
+    assert static.replicas_at_arrival is not None
+    assert static.replicas_at_arrival.shape == static.ttft.shape
+    assert set(np.unique(static.replicas_at_arrival)) == {REPLICAS_READY}
+    ours, _ = run("ours", SCN)
+    at = ours.replicas_at_arrival
+    assert at is not None and at.shape == ours.ttft.shape
+    assert {REPLICAS_WAITING_FOR_GPUS, REPLICAS_LOADING, REPLICAS_READY} <= set(np.unique(at))
+    missed = at[ours.ttft > 2.0]
+    assert missed.size > 0 and np.all(missed == REPLICAS_WAITING_FOR_GPUS), np.bincount(missed)
+    # Waiting happens on the ramp (from 1800 s of the run), not in the quiet half hour.
+    assert ours.arrival[at == REPLICAS_WAITING_FOR_GPUS].min() > 1800.0
 
 
 def test_measure_from_scores_only_the_later_part() -> None:

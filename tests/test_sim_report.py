@@ -8,8 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from scaler.sim.engine import PolicyResult, simulate_policy
-from scaler.sim.report import oracle_at, policy_metrics, write
+from scaler.sim.engine import (
+    REPLICAS_LOADING,
+    REPLICAS_READY,
+    REPLICAS_WAITING_FOR_GPUS,
+    PolicyResult,
+    simulate_policy,
+)
+from scaler.sim.report import misses_by_replicas, oracle_at, policy_metrics, write
 from scaler.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
 from scaler.sim.workload import RateCurve, make_workload
 
@@ -56,6 +62,7 @@ KEYS = {
     "lost_gpu_hours",
     "idle_gpu_hours",
     "idle_while_research_pending_gpu_hours",
+    "misses_by_replicas_at_arrival",
     "preemptions",
     "declined_starts",
     "give_back_planned",
@@ -95,6 +102,12 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     assert set(shares) <= signals | held, shares
     assert on_disk["policies"]["oracle"]["target_set_by"] == {}
     assert "ours's target set by (share of measured time): " in md
+    # The misses by what the replicas were doing add up to the misses.
+    for name, m in on_disk["policies"].items():
+        causes = m["misses_by_replicas_at_arrival"]
+        assert set(causes) == {"waiting_for_gpus", "loading", "all_ready"}
+        assert sum(causes.values()) == pytest.approx(1.0 - m["slo_attainment"]), name
+    assert "Requests that missed the objective, by what the replicas were doing" in md
     png = (tmp_path / "pool.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
@@ -114,9 +127,44 @@ def test_unserved_requests_count_as_misses_with_a_lower_bound() -> None:
     res = run("static-peak")
     res.ttft = np.array([0.5, 3.0, 100.0, 1.0])  # 100: no first token, end − arrival
     res.arrival = np.array([0.0, 10.0, 1700.0, 1799.5])  # the last arrived < SLO before end
+    res.replicas_at_arrival = np.zeros(4, dtype=np.int8)
     m = policy_metrics(res, 2.0, 1.0, (np.array([0.9]), np.array([1.0])))
     assert m["slo_attainment"] == 1 / 3  # the last one is not decided yet
     assert m["ttft_p99_s"] > 90.0
+
+
+W, L, R = REPLICAS_WAITING_FOR_GPUS, REPLICAS_LOADING, REPLICAS_READY
+# (ttft s, state at arrival) per request, SLO 2 s -> share of the decided requests that
+# missed, by state. The run ends at 1800 s; arrivals are 0, 10, 20, ...
+MISS_CASES = [
+    ("every-miss-waited-for-gpus", [(3.0, W), (5.0, W), (0.5, R), (0.5, R)], (0.5, 0.0, 0.0)),
+    ("met-requests-count-nowhere", [(0.5, W), (1.0, L), (2.0, R), (0.1, R)], (0.0, 0.0, 0.0)),
+    ("one-of-each", [(9.0, W), (3.0, L), (2.5, R), (0.1, R)], (0.25, 0.25, 0.25)),
+    ("too-few-asked", [(3.0, R), (0.5, W), (0.5, L), (0.5, R)], (0.0, 0.0, 0.25)),
+]
+
+
+@pytest.mark.parametrize(
+    ("ttft_state", "want"), [c[1:] for c in MISS_CASES], ids=[c[0] for c in MISS_CASES]
+)
+def test_misses_are_split_by_what_the_replicas_were_doing(
+    ttft_state: list[tuple[float, int]], want: tuple[float, float, float]
+) -> None:
+    res = run("static-peak")
+    res.ttft = np.array([t for t, _ in ttft_state])
+    res.arrival = 10.0 * np.arange(len(ttft_state))
+    res.replicas_at_arrival = np.array([s for _, s in ttft_state], dtype=np.int8)
+    got = misses_by_replicas(res, 2.0)
+    assert got == pytest.approx(dict(zip(("waiting_for_gpus", "loading", "all_ready"), want)))
+
+
+def test_misses_by_replicas_refuses_states_that_do_not_match_the_requests() -> None:
+    res = run("static-peak")
+    res.replicas_at_arrival = np.zeros(res.ttft.size + 1, dtype=np.int8)
+    with pytest.raises(ValueError, match="arrival states for"):
+        misses_by_replicas(res, 2.0)
+    res.replicas_at_arrival = None
+    assert misses_by_replicas(res, 2.0) is None
 
 
 # The oracle swept over headrooms: (attainment, harvest) points -> its harvest at a given

@@ -103,6 +103,15 @@ class PolicyResult:
     # nominated inference pod).
     idle_gpu_s: float = 0.0
     idle_research_pending_gpu_s: float = 0.0
+    # Per measured request, the Deployment's state when it arrived (a REPLICAS_* code):
+    # which part of scaling a miss waited on. None: not recorded (a hand-built result).
+    replicas_at_arrival: npt.NDArray[np.int8] | None = None
+
+
+# What the asked-for replicas were doing when a request arrived, worst first: one waited for
+# GPUs (Pending: research still held them, or none were free), else one was loading the
+# model, else every replica asked for was serving (the policy had asked for too few).
+REPLICAS_READY, REPLICAS_LOADING, REPLICAS_WAITING_FOR_GPUS = 0, 1, 2
 
 
 def simulate_policy(
@@ -149,6 +158,7 @@ def simulate_policy(
     idle_pending_gpu_s = 0.0
     busy_prev = np.zeros(pods.max_rows)
     last_arrival_idx = workload.arrivals(t_start, t_start)[0]
+    at_arrival = np.zeros(workload.arrival.size, dtype=np.int8)
 
     def view(now: float) -> PoolView:
         ready = [r for r in pods.replicas if r.state is RepState.READY]
@@ -185,6 +195,14 @@ def simulate_policy(
         # Arrivals of this step go to the router (each waits for its own arrival time).
         j = workload.arrivals(now, now + tm.dt_s)[1]
         if j > last_arrival_idx or router.held:
+            if j > last_arrival_idx:
+                at_arrival[last_arrival_idx:j] = (
+                    REPLICAS_WAITING_FOR_GPUS
+                    if pods.count(RepState.PENDING)
+                    else REPLICAS_LOADING
+                    if pods.count(RepState.LOADING)
+                    else REPLICAS_READY
+                )
             router.route(pool, np.arange(last_arrival_idx, j))
             rec_arrivals += j - last_arrival_idx
             last_arrival_idx = j
@@ -273,4 +291,5 @@ def simulate_policy(
         give_back=policy.give_back_note(),
         idle_gpu_s=idle_gpu_s,
         idle_research_pending_gpu_s=idle_pending_gpu_s,
+        replicas_at_arrival=at_arrival[m],
     )

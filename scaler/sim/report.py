@@ -9,7 +9,12 @@ from typing import Any
 import numpy as np
 
 from scaler.core import histogram
-from scaler.sim.engine import PolicyResult
+from scaler.sim.engine import (
+    REPLICAS_LOADING,
+    REPLICAS_READY,
+    REPLICAS_WAITING_FOR_GPUS,
+    PolicyResult,
+)
 from scaler.sim.replica import TTFT_BOUNDS
 from scaler.sim.scenario import ScenarioRun, oracle_name, scenario_dict
 
@@ -23,6 +28,33 @@ def _decided(r: PolicyResult, slo_s: float) -> np.ndarray:
 def attainment(r: PolicyResult, slo_s: float) -> float:
     decided = _decided(r, slo_s)
     return float(np.mean(decided <= slo_s)) if decided.size else 0.0
+
+
+MISS_CAUSES = {
+    REPLICAS_WAITING_FOR_GPUS: "waiting_for_gpus",
+    REPLICAS_LOADING: "loading",
+    REPLICAS_READY: "all_ready",
+}
+
+
+def misses_by_replicas(r: PolicyResult, slo_s: float) -> dict[str, float] | None:
+    """Share of the decided requests that missed the objective, by what the Deployment was
+    doing when they arrived (engine.REPLICAS_*): a replica waiting for GPUs (research held
+    them through its grace period, or none were free), one loading, or all asked-for
+    replicas serving (too few asked). They add up to 1 − attainment. None: not recorded."""
+    if r.replicas_at_arrival is None:
+        return None
+    if r.replicas_at_arrival.shape != r.ttft.shape:
+        raise ValueError(
+            f"{r.name}: {r.replicas_at_arrival.size} arrival states for {r.ttft.size} requests"
+        )
+    keep = r.arrival < r.ledger.t1 - slo_s
+    n = int(np.count_nonzero(keep))
+    missed = r.replicas_at_arrival[keep][r.ttft[keep] > slo_s]
+    return {
+        name: (float(np.count_nonzero(missed == code)) / n if n else 0.0)
+        for code, name in MISS_CAUSES.items()
+    }
 
 
 def _placement(s: dict[str, Any]) -> str:
@@ -121,6 +153,8 @@ def policy_metrics(
         # with room (placement: the free GPUs were in pieces too small for it).
         "idle_gpu_hours": r.idle_gpu_s / 3600.0,
         "idle_while_research_pending_gpu_hours": r.idle_research_pending_gpu_s / 3600.0,
+        # Requests that missed, by what the replicas were doing when they arrived.
+        "misses_by_replicas_at_arrival": misses_by_replicas(r, slo_s),
         "preemptions": int(r.ledger.preemptions),
         # Research pods whose queue worker found no free slot and took nothing
         # (`--worker-slot-check`; always 0 without it).
@@ -231,6 +265,20 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
                 + ", ".join(f"{k} {v:.0%}" for k, v in shares.items())
                 + ".",
             ]
+    causes = {n: m["misses_by_replicas_at_arrival"] for n, m in data["policies"].items()}
+    if any(causes.values()):
+        lines += [
+            "",
+            "Requests that missed the objective, by what the replicas were doing when they "
+            "arrived (% of requests: one waiting for GPUs / one loading / all asked-for "
+            "serving): "
+            + "; ".join(
+                f"{n} {c['waiting_for_gpus']:.2%} / {c['loading']:.2%} / {c['all_ready']:.2%}"
+                for n, c in causes.items()
+                if c
+            )
+            + ".",
+        ]
     planned = {n: m["give_back_planned"] for n, m in data["policies"].items()}
     if any(planned.values()):
         lines += [
