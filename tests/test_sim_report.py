@@ -155,7 +155,9 @@ def test_misses_are_split_by_what_the_replicas_were_doing(
     res.arrival = 10.0 * np.arange(len(ttft_state))
     res.replicas_at_arrival = np.array([s for _, s in ttft_state], dtype=np.int8)
     got = misses_by_replicas(res, 2.0)
-    assert got == pytest.approx(dict(zip(("waiting_for_gpus", "loading", "all_ready"), want)))
+    assert got == pytest.approx(
+        dict(zip(("waiting_for_gpus", "loading", "all_ready"), want, strict=True))
+    )
 
 
 def test_misses_by_replicas_refuses_states_that_do_not_match_the_requests() -> None:
