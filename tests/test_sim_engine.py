@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -14,7 +16,15 @@ from scaler.sim.engine import (
     simulate_policy,
 )
 from scaler.sim.policies import Ours
-from scaler.sim.scenario import Calibration, Scenario, make_policies, pool_config
+from scaler.sim.scenario import (
+    Calibration,
+    Scenario,
+    expand_policies,
+    initial_replicas,
+    make_policies,
+    oracle_name,
+    pool_config,
+)
 from scaler.sim.workload import RateCurve, make_workload
 
 # A quiet half hour, then a ramp to 8× the traffic: inference must take GPUs back.
@@ -131,6 +141,28 @@ def test_each_request_records_what_the_replicas_were_doing_when_it_arrived() -> 
     assert missed.size > 0 and np.all(missed == REPLICAS_WAITING_FOR_GPUS), np.bincount(missed)
     # Waiting happens on the ramp (from 1800 s of the run), not in the quiet half hour.
     assert ours.arrival[at == REPLICAS_WAITING_FOR_GPUS].min() > 1800.0
+
+
+def test_every_policy_starts_from_the_demand_not_the_first_headroom_swept() -> None:
+    """`--oracle-headrooms 1.3` once made ours start with the oracle × 1.3's replicas, and ours'
+    week then read 3920.9 harvested GPU-h instead of 3992.4: which oracles are swept must not
+    change the other policies' runs."""
+    w = make_workload(
+        STEP, start_s=5400.0, duration_s=1800.0, peak_rps=4.0, rng=np.random.default_rng(1),
+        lead_in_s=600.0,
+    )  # fmt: skip
+    starts = {}
+    for headrooms in ((1.0,), (1.5,), (2.0, 1.0)):
+        scn = replace(SCN, oracle_headrooms=headrooms)
+        pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -600.0, 1800.0)
+        assert set(expand_policies(scn, ("oracle",))) == {oracle_name(h) for h in headrooms}
+        starts[headrooms] = initial_replicas(pols, -600.0)
+        assert pols[oracle_name(headrooms[0])].target(-600.0) >= starts[headrooms]
+    # The ramp is ahead (the oracle looks one reclaim lead ahead): h = 2 asks more than h = 1.
+    assert starts[(1.5,)] == starts[(1.0,)] == starts[(2.0, 1.0)]
+    scn = replace(SCN, oracle_headrooms=(2.0,))
+    pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -600.0, 1800.0)
+    assert pols[oracle_name(2.0)].target(-600.0) > initial_replicas(pols, -600.0)
 
 
 def test_measure_from_scores_only_the_later_part() -> None:
