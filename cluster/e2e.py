@@ -1352,6 +1352,96 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     }
 
 
+ELSE_NS, ELSE_POOL = "gps-nominated-elsewhere", "nominated-elsewhere"
+ELSE_GRACE = 120  # the research victims' grace period (s): far longer than the check waits
+
+
+def s13_nominated_elsewhere(c: Ctx) -> dict[str, Any]:
+    """A pod nominated to a node whose victims are still terminating binds on another node
+    as soon as room appears there (KEP-1923: the nominated node is tried first, then every
+    node): a replica does not wait out research's grace period if another node frees up.
+    The simulator kept it on its nominated node; the bench's waiting misses ran on that."""
+    from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod
+
+    core = c.api.core
+    low = "e2e-else-low"
+    nodes = side_setup(c, ELSE_NS, {low: -120}, "else-node", ELSE_POOL, "nominated-elsewhere")
+
+    def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
+        fin = NOM_FINALIZER if grace else None
+        return kwok_pod(name, pc, gpus, node, ELSE_POOL, grace=grace, finalizer=fin)
+
+    # Node 0: two 4-GPU inference pods (no victims there); node 1: eight 1-GPU research pods.
+    inf_pc = f"{FULL}-inference"
+    for i in range(2):
+        core.create_namespaced_pod(ELSE_NS, pod(f"keep-{i}", inf_pc, 4, nodes[0]))
+    for i in range(8):
+        core.create_namespaced_pod(ELSE_NS, pod(f"research-{i}", low, 1, nodes[1], ELSE_GRACE))
+
+    def pods() -> dict[str, Any]:
+        return {p.metadata.name: p for p in core.list_namespaced_pod(ELSE_NS).items}
+
+    def release_all() -> None:  # the held victims, so that the namespace can go
+        for n, p in pods().items():
+            if p.metadata.finalizers:
+                core.patch_namespaced_pod(n, ELSE_NS, {"metadata": {"finalizers": None}})
+
+    c.cleanup.append(release_all)
+    wait(
+        "the layout Running",
+        lambda: sum(p.status.phase == "Running" for p in pods().values()) == 10,
+        120,
+    )
+    core.create_namespaced_pod(ELSE_NS, pod("inf-a", inf_pc, 4, None))
+    a = wait(
+        "inf-a nominated to the research node",
+        lambda: (p := pods()["inf-a"]).status.nominated_node_name == nodes[1] and p,
+        60,
+    )
+    if a.spec.node_name:
+        raise Failed(f"inf-a bound at once to {a.spec.node_name}: no preemption to wait for")
+    victims = sorted(n for n, p in pods().items() if p.metadata.deletion_timestamp)
+    if len(victims) != 4:
+        raise Failed(f"expected four research victims terminating, got {victims}")
+    t0 = time.monotonic()
+    core.delete_namespaced_pod("keep-1", ELSE_NS, grace_period_seconds=0)
+    bound = wait("inf-a bound", lambda: pods()["inf-a"].spec.node_name, ELSE_GRACE / 2)
+    took = round(time.monotonic() - t0, 1)
+    still = [n for n in victims if n in pods()]
+    release_all()
+    if bound != nodes[0] or not still:
+        raise Failed(
+            f"inf-a bound to {bound} after {took} s (victims left: {still}); expected the "
+            f"node freed by keep-1 ({nodes[0]}) while its victims still terminate"
+        )
+
+    # The same in the simulated cluster: nominated to node 1, bound on node 0 once it frees.
+    sim = Cluster(16, 8)
+    keep = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
+    for i, k in enumerate(keep):
+        sim.submit(k)
+        sim.schedule(float(i), 0.0)
+    for i in range(8):
+        sim.submit(Pod("research", 1, -120, 10.0 + i))
+        sim.schedule(10.0 + i, 0.0)
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 100.0)
+    sim.submit(inf)
+    sim.schedule(100.0, float(ELSE_GRACE))
+    if inf.nominated != 1 or {k.node for k in keep} != {0}:
+        raise Failed(
+            f"simulated layout: nominated {inf.nominated}, inference on {[k.node for k in keep]}"
+        )
+    sim.delete(keep[1], 110.0)
+    sim.schedule(110.0, 0.0)
+    if inf.node != 0 or inf.bound_at != 110.0:
+        raise Failed(f"simulated: bound on node {inf.node} at {inf.bound_at}, not node 0 at 110")
+    return {
+        "bound_to": "the freed node",
+        "bound_after_s": took,
+        "victims_still_terminating": len(still),
+    }
+
+
 PLACE_NS = "gps-placement"
 PLACE_RESEARCH = 4  # 1-GPU research pods created one after the other
 # (kube-scheduler profile, the bench's placement it must match, the research pods' nodes,
@@ -1854,6 +1944,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("10-give-back", s10_give_back),
     ("11-placement", s11_placement),
     ("12-chart-scheduler", s12_chart_scheduler),
+    ("13-nominated-elsewhere", s13_nominated_elsewhere),
 ]
 
 

@@ -165,6 +165,36 @@ def test_preemption_evicts_newest_research_pods_then_binds_after_grace() -> None
     assert c.held == {"inference": 4, "research": 4}
 
 
+def test_nominated_pod_binds_where_room_appears_before_its_victims_are_gone() -> None:
+    """KEP-1923, checked against kube-scheduler in e2e scenario 13: the nominated node is
+    tried first, then every node. Before, the simulated replica waited out the grace
+    period of its victims though another node had room."""
+    c = Cluster(16, 8)
+    keep = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
+    for p in keep:
+        c.submit(p)
+    bind_all(c, 0.0)
+    research = [research_pod(1, 10.0) for _ in range(8)]
+    for p in research:
+        c.submit(p)
+    bind_all(c, 10.0)
+    assert {p.node for p in keep} == {0} and {p.node for p in research} == {1}
+    inf = Pod("inference", 4, INFERENCE_PRIORITY, 20.0)
+    c.submit(inf)
+    _, evicted = c.schedule(20.0, 600.0)
+    assert len(evicted) == 4 and inf.nominated == 1
+    # No room anywhere yet: it waits, and does not preempt again while its victims terminate.
+    assert c.schedule(30.0, 600.0) == ([], [])
+    c.delete(keep[1], 40.0)  # a scale-down frees node 0
+    bound, evicted = c.schedule(40.0, 600.0)
+    assert bound == [inf] and evicted == [] and inf.node == 0 and inf.bound_at == 40.0
+    assert inf.nominated == -1 and c.reserved.tolist() == [0, 0]
+    # Its victims still leave at the end of their grace period, and their GPUs are free then.
+    assert sum(p.phase is PodPhase.TERMINATING for p in research) == 4
+    c.release_due(620.0)
+    assert c.free.tolist() == [0, 4]
+
+
 def test_preemption_picks_node_with_fewest_victims() -> None:
     c = Cluster(16, 8)
     for _ in range(8):

@@ -9,7 +9,8 @@
   each node all lower pods out, then the most important reprieved first: higher priority,
   then earlier start; the node whose highest victim priority is lowest, then the smallest
   sum of priorities, the fewest victims, the latest start), is nominated to that node, and
-  binds when the victims' grace period ends. Research pods have the PriorityClass value
+  binds when the victims' grace period ends, or on any node where room appears first
+  (KEP-1923, e2e scenario 13). Research pods have the PriorityClass value
   the chart gives their class (`research_priorities`).
 * `Hpa`: the HorizontalPodAutoscaler algorithm for one target (sync every 15 s):
   tolerance, AverageValue / per-pod formulas, stabilization windows and rate policies.
@@ -167,6 +168,14 @@ class Cluster:
                 # Its own reservation counts for it.
                 if self.free[n] - (self.reserved[n] - pod.gpus) >= pod.gpus:
                     self._bind(pod, n, now)
+                    bound.append(pod)
+                    continue
+                # KEP-1923: the nominated node first, then every node. A replica whose
+                # victims are still terminating binds wherever room appears meanwhile (e2e
+                # scenario 13); it does not preempt again while they terminate.
+                node = self._fit(pod)
+                if node >= 0:
+                    self._bind(pod, node, now)
                     bound.append(pod)
                 continue
             node = self._fit(pod)
