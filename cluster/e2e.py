@@ -1183,6 +1183,24 @@ def kwok_pod(
     return {"metadata": meta, "spec": spec}
 
 
+def held_layout(c: Ctx, ns: str, pool: str, nodes: list[str]) -> Callable[..., dict[str, Any]]:
+    """Two 4-GPU inference pods on `nodes[0]` (no victims there); returns the pod builder
+    for the rest: a pod with a grace period is held by a finalizer until it has terminated,
+    as the Job controller does (the scenario releases it)."""
+
+    def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
+        fin = NOM_FINALIZER if grace else None
+        return kwok_pod(name, pc, gpus, node, pool, grace=grace, finalizer=fin)
+
+    for i in range(2):
+        c.api.core.create_namespaced_pod(ns, pod(f"keep-{i}", f"{FULL}-inference", 4, nodes[0]))
+    return pod
+
+
+def ns_pods(c: Ctx, ns: str) -> dict[str, Any]:
+    return {p.metadata.name: p for p in c.api.core.list_namespaced_pod(ns).items}
+
+
 def s8_preemption_order(c: Ctx) -> dict[str, Any]:
     from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod, research_priorities
 
@@ -1263,15 +1281,9 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     classes = {f"e2e-nom-{cls}": value for cls, (value, _) in layers.items()}
     nodes = side_setup(c, NOM_NS, classes, "nom-node", NOM_POOL, "nominated-check")
 
-    def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
-        # A finalizer holds a pod with a grace period until it has terminated.
-        fin = NOM_FINALIZER if grace else None
-        return kwok_pod(name, pc, gpus, node, NOM_POOL, grace=grace, finalizer=fin)
-
     # Node 0 full of inference (no victims there); node 1: four 1-GPU research pods per layer.
+    pod = held_layout(c, NOM_NS, NOM_POOL, nodes)
     inf_pc = f"{FULL}-inference"
-    for i in range(2):
-        core.create_namespaced_pod(NOM_NS, pod(f"keep-{i}", inf_pc, 4, nodes[0]))
     group = {cls: [f"{cls}-{i}" for i in range(4)] for cls in layers}
     for cls, names in group.items():
         for n in names:
@@ -1280,7 +1292,7 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
             )
 
     def pods() -> dict[str, Any]:
-        return {p.metadata.name: p for p in core.list_namespaced_pod(NOM_NS).items}
+        return ns_pods(c, NOM_NS)
 
     wait(
         "the layout Running",
@@ -1367,19 +1379,14 @@ def s13_nominated_elsewhere(c: Ctx) -> dict[str, Any]:
     low = "e2e-else-low"
     nodes = side_setup(c, ELSE_NS, {low: -120}, "else-node", ELSE_POOL, "nominated-elsewhere")
 
-    def pod(name: str, pc: str, gpus: int, node: str | None, grace: int = 0) -> dict[str, Any]:
-        fin = NOM_FINALIZER if grace else None
-        return kwok_pod(name, pc, gpus, node, ELSE_POOL, grace=grace, finalizer=fin)
-
     # Node 0: two 4-GPU inference pods (no victims there); node 1: eight 1-GPU research pods.
+    pod = held_layout(c, ELSE_NS, ELSE_POOL, nodes)
     inf_pc = f"{FULL}-inference"
-    for i in range(2):
-        core.create_namespaced_pod(ELSE_NS, pod(f"keep-{i}", inf_pc, 4, nodes[0]))
     for i in range(8):
         core.create_namespaced_pod(ELSE_NS, pod(f"research-{i}", low, 1, nodes[1], ELSE_GRACE))
 
     def pods() -> dict[str, Any]:
-        return {p.metadata.name: p for p in core.list_namespaced_pod(ELSE_NS).items}
+        return ns_pods(c, ELSE_NS)
 
     def release_all() -> None:  # the held victims, so that the namespace can go
         for n, p in pods().items():
@@ -1400,7 +1407,15 @@ def s13_nominated_elsewhere(c: Ctx) -> dict[str, Any]:
     )
     if a.spec.node_name:
         raise Failed(f"inf-a bound at once to {a.spec.node_name}: no preemption to wait for")
-    victims = sorted(n for n, p in pods().items() if p.metadata.deletion_timestamp)
+    # The preemption deletes its victims one API call each: wait until all four show.
+    victims = wait(
+        "four research victims terminating",
+        lambda: (
+            len(v := sorted(n for n, p in pods().items() if p.metadata.deletion_timestamp)) >= 4
+            and v
+        ),
+        30,
+    )
     if len(victims) != 4:
         raise Failed(f"expected four research victims terminating, got {victims}")
     t0 = time.monotonic()

@@ -138,16 +138,18 @@ def bind_all(c: Cluster, now: float) -> None:
     assert not c.pending
 
 
+def place(c: Cluster, pods: list[Pod], now: float) -> list[Pod]:
+    """Submit `pods` and bind them all at `now`."""
+    for p in pods:
+        c.submit(p)
+    bind_all(c, now)
+    return pods
+
+
 def test_preemption_evicts_newest_research_pods_then_binds_after_grace() -> None:
     c = Cluster(8, 8)
-    olds = [research_pod(1, 0.0) for _ in range(4)]
-    for p in olds:
-        c.submit(p)
-    bind_all(c, 0.0)
-    news = [research_pod(1, 10.0) for _ in range(4)]
-    for p in news:
-        c.submit(p)
-    bind_all(c, 10.0)
+    place(c, [research_pod(1, 0.0) for _ in range(4)], 0.0)
+    news = place(c, [research_pod(1, 10.0) for _ in range(4)], 10.0)
     inf = Pod("inference", 4, INFERENCE_PRIORITY, 20.0)
     c.submit(inf)
     bound, evicted = c.schedule(20.0, 30.0)
@@ -170,14 +172,8 @@ def test_nominated_pod_binds_where_room_appears_before_its_victims_are_gone() ->
     tried first, then every node. Before, the simulated replica waited out the grace
     period of its victims though another node had room."""
     c = Cluster(16, 8)
-    keep = [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)]
-    for p in keep:
-        c.submit(p)
-    bind_all(c, 0.0)
-    research = [research_pod(1, 10.0) for _ in range(8)]
-    for p in research:
-        c.submit(p)
-    bind_all(c, 10.0)
+    keep = place(c, [Pod("inference", 4, INFERENCE_PRIORITY, float(i)) for i in range(2)], 0.0)
+    research = place(c, [research_pod(1, 10.0) for _ in range(8)], 10.0)
     assert {p.node for p in keep} == {0} and {p.node for p in research} == {1}
     inf = Pod("inference", 4, INFERENCE_PRIORITY, 20.0)
     c.submit(inf)
