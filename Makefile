@@ -14,7 +14,7 @@ help:
 	@echo "make lint   - ruff + mypy"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
-	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seed 7, shuffled control (~45 min on 2 cores)"
+	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seeds 7 and 3, coding seed 2, shuffled control (~70 min on 2 cores)"
 	@echo "make bench-contract  - the same objective runs with research checkpointing on SIGTERM in 60 s (the worker's contract; ~60 min on 2 cores, estimated from runs at --jobs 1)"
 	@echo "make bench-exit      - the same objective runs with research that dies on SIGTERM (no handler: GPUs free in 5 s, work since the last checkpoint lost; ~50 min, estimated)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
@@ -77,7 +77,7 @@ bench-week: $(STAMP)
 	$(PY) -m bench.simulate --jobs 2 --days 7 --out $(SIM_WEEK)
 
 # Latency objective + forecast (docs/bench.md, "Objective-driven"): the issue-14 acceptance
-# runs, ~45 min on 2 cores (the conversation week alone ~20). Objective 2.5 s (a vLLM bucket bound), scored from day 1.
+# runs, ~70 min on 2 cores (the conversation week alone ~16). Objective 2.5 s (a vLLM bucket bound), scored from day 1.
 OBJ := --slo 2.5 --adaptive-reserve 16
 COMMA := ,
 bench-objective: $(STAMP)
@@ -91,6 +91,8 @@ bench-objective: $(STAMP)
 	$(PY) -m bench.simulate --days 3 $(OBJ) --seed 7 --policies ours --no-forecast --trace servegen-large --out bench/results/objective-servegen-large-3d-seed7-reactive
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --out bench/results/objective-azure-code-6d-shuffled
 	$(PY) -m bench.simulate --jobs 2 --days 6 $(OBJ) --policies ours --shuffle-days --no-forecast --out bench/results/objective-azure-code-6d-shuffled-reactive
+	$(PY) -m bench.simulate --jobs 2 --days 7 $(OBJ) --seed 2 --policies ours,oracle --out bench/results/objective-azure-code-7d-seed2
+	$(PY) -m bench.simulate --jobs 2 --days 3 $(OBJ) --seed 3 --policies ours,static-peak,oracle --trace servegen-large --out bench/results/objective-servegen-large-3d-seed3
 
 # The objective runs with other research behaviour on preemption (docs/bench.md): $(1) the
 # flags, $(2) the results' prefix.
