@@ -19,10 +19,15 @@ from scaler.sim.replica import TTFT_BOUNDS
 from scaler.sim.scenario import ScenarioRun, oracle_name, scenario_dict
 
 
+def _decided_mask(r: PolicyResult, slo_s: float) -> np.ndarray:
+    """The requests that had their chance: those arriving in the last `slo_s` seconds may
+    not have yet."""
+    return r.arrival < r.ledger.t1 - slo_s
+
+
 def _decided(r: PolicyResult, slo_s: float) -> np.ndarray:
-    """TTFTs of the requests that had their chance: those arriving in the last `slo_s`
-    seconds may not have yet."""
-    return r.ttft[r.arrival < r.ledger.t1 - slo_s]
+    """TTFTs of the decided requests (`_decided_mask`)."""
+    return r.ttft[_decided_mask(r, slo_s)]
 
 
 def attainment(r: PolicyResult, slo_s: float) -> float:
@@ -48,7 +53,7 @@ def misses_by_replicas(r: PolicyResult, slo_s: float) -> dict[str, float] | None
         raise ValueError(
             f"{r.name}: {r.replicas_at_arrival.size} arrival states for {r.ttft.size} requests"
         )
-    keep = r.arrival < r.ledger.t1 - slo_s
+    keep = _decided_mask(r, slo_s)
     n = int(np.count_nonzero(keep))
     missed = r.replicas_at_arrival[keep][r.ttft[keep] > slo_s]
     return {
