@@ -1201,6 +1201,18 @@ def ns_pods(c: Ctx, ns: str) -> dict[str, Any]:
     return {p.metadata.name: p for p in c.api.core.list_namespaced_pod(ns).items}
 
 
+def release_held(c: Ctx, ns: str, pods: dict[str, Any], *, terminated_only: bool) -> list[str]:
+    """Strip the finalizer that holds a test pod past its grace (kwok_pod(finalizer=)), so
+    it goes: only the terminated ones (phase Failed: what the Job controller lets go once
+    the pod has stopped) or, for cleanup, all of them. Returns the names released."""
+    released = []
+    for n, p in pods.items():
+        if p.metadata.finalizers and (not terminated_only or p.status.phase == "Failed"):
+            c.api.core.patch_namespaced_pod(n, ns, {"metadata": {"finalizers": None}})
+            released.append(n)
+    return released
+
+
 def s8_preemption_order(c: Ctx) -> dict[str, Any]:
     from scaler.sim.kube import INFERENCE_PRIORITY, Cluster, Pod, research_priorities
 
@@ -1306,13 +1318,7 @@ def s9_nominated_wait(c: Ctx) -> dict[str, Any]:
     while time.monotonic() < deadline:
         now = round(time.monotonic() - t0, 1)
         ps = pods()
-        for n, p in ps.items():
-            if (
-                p.metadata.deletion_timestamp
-                and p.status.phase == "Failed"
-                and p.metadata.finalizers
-            ):
-                core.patch_namespaced_pod(n, NOM_NS, {"metadata": {"finalizers": None}})
+        release_held(c, NOM_NS, ps, terminated_only=True)
         for x in ("inf-a", "inf-b"):
             p = ps.get(x)
             if p is not None and p.status.nominated_node_name:
@@ -1389,9 +1395,7 @@ def s13_nominated_elsewhere(c: Ctx) -> dict[str, Any]:
         return ns_pods(c, ELSE_NS)
 
     def release_all() -> None:  # the held victims, so that the namespace can go
-        for n, p in pods().items():
-            if p.metadata.finalizers:
-                core.patch_namespaced_pod(n, ELSE_NS, {"metadata": {"finalizers": None}})
+        release_held(c, ELSE_NS, pods(), terminated_only=False)
 
     c.cleanup.append(release_all)
     wait(
@@ -1905,11 +1909,11 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
     deadline = t0 + GB_GRACE + 60
     measured = None
     while time.monotonic() < deadline:
-        for n, p in probes().items():
+        ps = probes()
+        for n, p in ps.items():
             if p.status.phase == "Failed":
                 left.setdefault(n, round(time.monotonic() - t0, 1))
-                if p.metadata.finalizers:
-                    core.patch_namespaced_pod(n, NS, {"metadata": {"finalizers": None}})
+        release_held(c, NS, ps, terminated_only=True)
         for n in names:
             if n not in probes():
                 left.setdefault(n, round(time.monotonic() - t0, 1))
