@@ -243,18 +243,8 @@ class Worker:
         cls = self.opts.research_class
         try:
             self._redis("check class", lambda: self.queue.require_class(cls))
-        except UnknownClassError as e:
-            log.error("%s", e, extra=self._extra)
-            return EXIT_USAGE
-        except ConfigProblem as e:
-            log.error("%s", e, extra=self._extra)
-            return EXIT_USAGE
-        except RedisGaveUp as e:
-            log.error("giving up: %s", e, extra=self._extra)
-            return EXIT_REDIS
-        try:
             return self._loop()
-        except ConfigProblem as e:
+        except (UnknownClassError, ConfigProblem) as e:
             log.error("%s", e, extra=self._extra)
             return EXIT_USAGE
         except RedisGaveUp as e:
