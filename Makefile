@@ -16,7 +16,7 @@ help:
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
 	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seeds 7 and 3, coding seed 2, shuffled control (~70 min on 2 cores)"
 	@echo "make bench-contract  - the same objective runs with research checkpointing on SIGTERM in 60 s (the worker's contract; ~43 min on 2 cores)"
-	@echo "make bench-exit      - the same objective runs with research that dies on SIGTERM (no handler: GPUs free in 5 s, work since the last checkpoint lost; ~50 min, estimated)"
+	@echo "make bench-exit      - the same objective runs with research that dies on SIGTERM (no handler: GPUs free in 5 s, work since the last checkpoint lost; ~36 min on 2 cores)"
 	@echo "make bench-load - the real scaler under 500 targets + 1,000 RPS of KEDA calls (~3 min)"
 	@echo "make cluster - real etcd/kube-apiserver/controller-manager/scheduler + KEDA, kwok GPU nodes"
 	@echo "make cluster-down - stop it"
