@@ -1914,8 +1914,9 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
             if p.status.phase == "Failed":
                 left.setdefault(n, round(time.monotonic() - t0, 1))
         release_held(c, NS, ps, terminated_only=True)
+        listed = probes()  # once per pass, after the release (not once per name)
         for n in names:
-            if n not in probes():
+            if n not in listed:
                 left.setdefault(n, round(time.monotonic() - t0, 1))
         measured = scaler_metric(
             metrics_port, "gpu_pool_scaler_research_give_back_seconds{", "measured"
