@@ -14,7 +14,7 @@ from scaler.config import Forecast, parse_config
 from scaler.core.accounting import Capacity, split_pool
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
-from scaler.core.forecast import DAY, History, predict, record
+from scaler.core.forecast import DAY, History, predict, record, weekday, weekend
 from scaler.core.load import EngineSample, TargetPhase, TargetState
 from scaler.core.ramp import WARM_S, RateSwing
 
@@ -84,6 +84,70 @@ def test_same_weekday_wins_over_yesterday() -> None:
     sunday_noon = MON + 13 * DAY + 12 * 3600
     assert predict(h, FC, sunday_noon, 600).replicas == 1
     assert predict(h, FC, sunday_noon - DAY, 600).replicas == 12  # Saturday as on Saturday
+
+
+THU = MON + 3 * DAY  # Thursday 2024-01-04
+QUIET = [1] * 24
+KINDS: dict[str, tuple[list[list[int]], int, list[str], int]] = {
+    # daily patterns from Thursday on, day predicted (offset from Thursday), weekendDays,
+    # replicas at noon
+    "monday-from-the-weekdays-not-the-weekend": (
+        [RAMP, RAMP, QUIET, QUIET],
+        4,
+        ["Saturday", "Sunday"],
+        12,
+    ),
+    "monday-every-day-alike-is-the-last-three": ([RAMP, RAMP, QUIET, QUIET], 4, [], 1),
+    "sunday-from-saturday": ([RAMP, RAMP, QUIET], 3, ["Saturday", "Sunday"], 1),
+    "sunday-every-day-alike": ([RAMP, RAMP, QUIET], 3, [], 12),
+    "saturday-without-a-weekend-yet-is-the-last-three": (
+        [RAMP, RAMP],
+        2,
+        ["Saturday", "Sunday"],
+        12,
+    ),
+    "a-custom-weekend-sunday-from-thursday": ([QUIET, RAMP, RAMP], 3, ["Thursday", "Sunday"], 1),
+}
+
+
+@pytest.mark.parametrize(("days", "day", "weekend", "replicas"), KINDS.values(), ids=KINDS.keys())
+def test_without_a_week_the_forecast_reads_days_of_the_same_kind(
+    days: list[list[int]], day: int, weekend: list[str], replicas: int
+) -> None:
+    """Without a week of history a slot comes from the last days of its kind (weekday or
+    `weekendDays`), else from the last three days: a Monday after a quiet weekend is not
+    predicted quiet, a Sunday after a quiet Saturday not busy."""
+    fc = FC.model_copy(update={"weekendDays": weekend})
+    h: History | None = None
+    for d, pattern in enumerate(days):
+        for s in range(144):
+            h = record(h, fc, THU + d * DAY + s * 600, pattern[s // 6])
+    assert h is not None
+    p = predict(h, fc, THU + day * DAY + 12 * 3600, 600)
+    assert p.replicas == replicas, p.note
+
+
+def test_weekday_numbers() -> None:
+    assert [weekday(19_723 + d) for d in range(7)] == [0, 1, 2, 3, 4, 5, 6]  # Mon 2024-01-01
+    assert weekday(0) == 3  # 1 January 1970 was a Thursday
+    assert weekend(Forecast()) == frozenset({5, 6})
+
+
+@pytest.mark.parametrize(
+    ("days", "error"),
+    [
+        (["Saturday", "Saturday"], "listed twice: Saturday"),
+        (
+            ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"],
+            "all seven",
+        ),
+        (["saturday"], "Saturday"),
+    ],
+    ids=["duplicate", "all-seven", "lowercase"],
+)
+def test_weekend_days_are_validated(days: list[str], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        Forecast(weekendDays=days)
 
 
 def test_a_day_unlike_the_others_falls_back_to_reactive() -> None:

@@ -37,6 +37,39 @@ def test_azure_code_week_shape_matches_readme() -> None:
     assert int(np.argmax(hourly)) in (18, 19, 20)
 
 
+@pytest.mark.parametrize(
+    ("name", "weekday"),
+    [("azure-code-week", "Friday"), ("azure-conv-week", "Sunday"), ("servegen-large", None)],
+)
+def test_traces_with_known_dates_start_on_their_weekday(name: str, weekday: str | None) -> None:
+    """data/README.md: the coding week starts Fri 10 May 2024, the conversation week Sun
+    12 May, 00:00 UTC; ServeGen gives day numbers only. Ours' forecast reads weekdays off
+    this calendar (`pool.forecast.weekendDays`)."""
+    import datetime
+
+    from scaler.sim.workload import shuffle_days
+
+    c = load_curve(name)
+    if weekday is None:
+        assert c.start_unix is None
+        return
+    assert c.start_unix is not None
+    start = datetime.datetime.fromtimestamp(c.start_unix, datetime.UTC)
+    assert (start.strftime("%A"), start.hour, start.minute) == (weekday, 0, 0)
+    assert start.date().isoformat().startswith("2024-05-1")
+    assert shuffle_days(c, np.random.default_rng(1)).start_unix is None  # no calendar left
+
+
+def test_ours_reads_the_traces_calendar() -> None:
+    from scaler.sim.scenario import Calibration, Scenario, make_policies, pool_config
+
+    scn = Scenario(days=1.0 / 24, trace="azure-conv-week")
+    cal = Calibration(1.0, 1, 1.0, 1.0, 0.0)
+    w = stationary_workload("conv", 1.0, 60.0, np.random.default_rng(1))
+    pols, _ = make_policies(scn, pool_config(scn, cal), cal, w, -60.0, 60.0, 1715472000.0)
+    assert pols["ours"].calendar_offset == 1715472000.0  # type: ignore[attr-defined]
+
+
 def test_scaled_peak_and_reproducible() -> None:
     c = load_curve("azure-conv-week")
     kw = {"start_s": DAY, "duration_s": 6 * 3600.0, "peak_rps": 3.0}

@@ -5,7 +5,10 @@ History: per service and calendar day (UTC), the largest need the load showed (e
 signal's `need`: replicas the load needs however many exist, never the forecast's own ask)
 in each `pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB per service).
 Prediction for a future instant: the same slot on the same weekday of past weeks when the
-history has them, else the same slot of the last three days; the most that a majority of
+history has them, else the same slot of the last three days of the same kind (weekday or
+`weekendDays`, UTC; a Tuesday after a weekend from Monday and Friday: on the bench's
+conversation week 93.3 -> 96.7 % of the oracle's harvest), else of the last three days;
+the most that a majority of
 those days needed (the median, the lower one of an even count: of two days, what both
 needed; the upper one held a need seen on one day of two all the next day, on ServeGen 1925
 inference GPU-hours against 1768). Each slot already holds the day's largest need in it,
@@ -36,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from scaler.config import Forecast
+from scaler.config import WEEKDAYS, Forecast
 
 DAY = 86400.0
 WEEK_DAYS = 7
@@ -89,19 +92,42 @@ def record(h: History | None, cfg: Forecast, t: float, needed: int) -> History:
     return History(h.slot_s, days)
 
 
-def _predict_slot(h: History, t: float, now: float) -> int | None:
+def weekend(cfg: Forecast) -> frozenset[int]:
+    """`weekendDays` as weekday numbers (Monday 0 ... Sunday 6)."""
+    return frozenset(WEEKDAYS.index(d) for d in cfg.weekendDays)
+
+
+def weekday(day: int) -> int:
+    """Monday 0 ... Sunday 6 of a Unix day number (day 0, 1 January 1970, was a Thursday)."""
+    return (day + 3) % WEEK_DAYS
+
+
+def _predict_slot(h: History, t: float, now: float, weekend_days: frozenset[int]) -> int | None:
     day, slot = _where(h, t)
     today, now_slot = _where(h, now)
     vals = []
     for d in [day - k * WEEK_DAYS for k in range(1, 6)]:
         if d in h.days and h.days[d][slot] >= 0:
             vals.append(h.days[d][slot])
-    if not vals:
-        for d in range(day - 1, day - 1 - _LOOKBACK_DAYS, -1):
-            if d > today or (d == today and slot >= now_slot):
+
+    def last_days(same_kind: bool) -> list[int]:
+        kind = weekday(day) in weekend_days
+        out: list[int] = []
+        for d in sorted(h.days, reverse=True):
+            if len(out) == _LOOKBACK_DAYS or (not same_kind and d < day - _LOOKBACK_DAYS):
+                break
+            if d >= day or d > today or (d == today and slot >= now_slot):
                 continue  # not observed yet (or still being observed)
-            if d in h.days and h.days[d][slot] >= 0:
-                vals.append(h.days[d][slot])
+            if same_kind and (weekday(d) in weekend_days) != kind:
+                continue
+            if h.days[d][slot] >= 0:
+                out.append(h.days[d][slot])
+        return out
+
+    if not vals and weekend_days:
+        vals = last_days(same_kind=True)
+    if not vals:
+        vals = last_days(same_kind=False)
     if not vals:
         return None
     vals.sort()
@@ -127,7 +153,8 @@ def _fit_error(h: History, cfg: Forecast, now: float) -> tuple[float, float] | N
         obs = row[slot]
         if obs < 0:
             continue
-        p = _predict_slot(h, today * DAY + slot * h.slot_s, today * DAY + slot * h.slot_s)
+        at = today * DAY + slot * h.slot_s
+        p = _predict_slot(h, at, at, weekend(cfg))
         if p is None:
             continue
         errs.append(p - obs)
@@ -161,8 +188,9 @@ def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> P
     best: int | None = None
     t = now
     end = now + max(0.0, horizon_s)
+    days_off = weekend(cfg)
     while True:
-        p = _predict_slot(h, t, now)
+        p = _predict_slot(h, t, now, days_off)
         if p is not None:
             best = p if best is None else max(best, p)
         if t >= end:

@@ -243,8 +243,16 @@ class ScenarioRun:
 
 
 def make_policies(
-    scn: Scenario, cfg: Config, cal: Calibration, w: Workload, t0: float, t1: float
+    scn: Scenario,
+    cfg: Config,
+    cal: Calibration,
+    w: Workload,
+    t0: float,
+    t1: float,
+    calendar_start: float = 0.0,
 ) -> tuple[dict[str, Policy], int]:
+    """`calendar_start`: the Unix time ours' clock reads at t = 0 (the forecast's weekdays;
+    0, a Thursday, when the trace's dates are unknown)."""
     peak = float(w.rate.max())
     static_n = min(scn.max_replicas, math.ceil(peak / cal.per_replica_rps - 1e-9))
     # The oracle raises one reclaim lead ahead, and lowers only when demand stays lower for
@@ -258,7 +266,7 @@ def make_policies(
     # policy stabilizes itself); baselines get Kubernetes' defaults.
     ours_hpa = HpaBehavior(tolerance=scn.ours_hpa_tolerance, scale_down_stabilization_s=0.0)
     pols: dict[str, Policy] = {
-        "ours": Ours("ours", cfg, cap, behavior=ours_hpa),
+        "ours": Ours("ours", cfg, cap, behavior=ours_hpa, calendar_offset=calendar_start),
         "static-peak": StaticPeak(
             "static-peak", cfg, cap, uses_hpa=False, lends=False, replicas=static_n
         ),
@@ -326,7 +334,8 @@ def run_scenario(
     curve, cal, peak, w = scenario_workload(scn)
     t0, t1 = -scn.warmup_s, scn.days * DAY
     cfg = pool_config(scn, cal)
-    pols, static_n = make_policies(scn, cfg, cal, w, t0, t1)
+    start = 0.0 if curve.start_unix is None else curve.start_unix + scn.start_day * DAY
+    pols, static_n = make_policies(scn, cfg, cal, w, t0, t1, start)
     policies = expand_policies(scn, policies)
     unknown = set(policies) - set(pols)
     if unknown:

@@ -49,6 +49,9 @@ class RateCurve:
     high: FloatArray | None
     window_s: float
     lengths: str  # "code" | "conv": which Azure 2023 trace to draw lengths and gaps from
+    # Unix time of t = 0 when the trace's dates are known (the forecast's weekdays); None:
+    # unknown (ServeGen publishes day numbers only), a shuffled curve.
+    start_unix: float | None = None
 
     @property
     def span_s(self) -> float:
@@ -81,6 +84,11 @@ def _servegen_r1() -> RateCurve:
     return RateCurve("servegen-r1", np.asarray(t), np.asarray(r), None, None, 600.0, "conv")
 
 
+# Unix time of each Azure 2024 week's t = 0 (data/README.md): coding Friday 10 May 2024,
+# conversation Sunday 12 May 2024, 00:00 UTC.
+AZURE_2024_WEEK_START = {"code": 1715299200.0, "conv": 1715472000.0}
+
+
 def _azure(kind: str) -> RateCurve:
     path = data_file("traces", f"azure2024_{kind}_week_rate.csv")
     t, mid, lo, hi = [], [], [], []
@@ -98,6 +106,7 @@ def _azure(kind: str) -> RateCurve:
         np.asarray(hi),
         7.215 * 60.0,
         kind,
+        AZURE_2024_WEEK_START[kind],
     )
 
 
