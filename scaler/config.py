@@ -195,7 +195,7 @@ class Forecast(_Model):
     # Days (UTC) whose traffic is unlike the others'. Without a week of history a slot is
     # predicted from the last three days of the same kind (a Tuesday from Monday and Friday,
     # not from the weekend before it; a Sunday from Saturday), else from the last three
-    # days. [] = every day alike (bench: conversation week 93.3 -> 96.7 % of the oracle's
+    # days. [] = every day alike (bench: conversation week 93.3 -> 95.7 % of the oracle's
     # harvest; coding week unchanged within its noise, seed 2 2.5 -> 2.2 % lost).
     weekendDays: list[Weekday] = ["Saturday", "Sunday"]
 

@@ -7,7 +7,7 @@ in each `pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB 
 Prediction for a future instant: the same slot on the same weekday of past weeks when the
 history has them, else the same slot of the last three days of the same kind (weekday or
 `weekendDays`, UTC; a Tuesday after a weekend from Monday and Friday: on the bench's
-conversation week 93.3 -> 96.7 % of the oracle's harvest), else of the last three days;
+conversation week 93.3 -> 95.7 % of the oracle's harvest), else of the last three days;
 the most that a majority of
 those days needed (the median, the lower one of an even count: of two days, what both
 needed; the upper one held a need seen on one day of two all the next day, on ServeGen 1925
