@@ -82,37 +82,60 @@ def test_same_weekday_wins_over_yesterday() -> None:
             h = record(h, FC, MON + d * DAY + s * 600, pattern[s // 6])
     assert h is not None
     sunday_noon = MON + 13 * DAY + 12 * 3600
-    assert predict(h, FC, sunday_noon, 600).replicas == 1
+    p = predict(h, FC, sunday_noon, 600)
+    assert p.replicas == 1 and "from the same weekday of past weeks" in p.note
     assert predict(h, FC, sunday_noon - DAY, 600).replicas == 12  # Saturday as on Saturday
 
 
 THU = MON + 3 * DAY  # Thursday 2024-01-04
 QUIET = [1] * 24
-KINDS: dict[str, tuple[list[list[int]], int, list[str], int]] = {
+KINDS: dict[str, tuple[list[list[int]], int, list[str], int, str]] = {
     # daily patterns from Thursday on, day predicted (offset from Thursday), weekendDays,
-    # replicas at noon
+    # replicas at noon, the days they come from (`explain`'s forecast note)
     "monday-from-the-weekdays-not-the-weekend": (
         [RAMP, RAMP, QUIET, QUIET],
         4,
         ["Saturday", "Sunday"],
         12,
+        "the last 2 weekdays",
     ),
-    "monday-every-day-alike-is-the-last-three": ([RAMP, RAMP, QUIET, QUIET], 4, [], 1),
-    "sunday-from-saturday": ([RAMP, RAMP, QUIET], 3, ["Saturday", "Sunday"], 1),
-    "sunday-every-day-alike": ([RAMP, RAMP, QUIET], 3, [], 12),
+    "monday-every-day-alike-is-the-last-three": (
+        [RAMP, RAMP, QUIET, QUIET],
+        4,
+        [],
+        1,
+        "the last 3 days",
+    ),
+    "sunday-from-saturday": (
+        [RAMP, RAMP, QUIET],
+        3,
+        ["Saturday", "Sunday"],
+        1,
+        "the last weekend day",
+    ),
+    "sunday-every-day-alike": ([RAMP, RAMP, QUIET], 3, [], 12, "the last 3 days"),
     "saturday-without-a-weekend-yet-is-the-last-three": (
         [RAMP, RAMP],
         2,
         ["Saturday", "Sunday"],
         12,
+        "the last 2 days",
     ),
-    "a-custom-weekend-sunday-from-thursday": ([QUIET, RAMP, RAMP], 3, ["Thursday", "Sunday"], 1),
+    "a-custom-weekend-sunday-from-thursday": (
+        [QUIET, RAMP, RAMP],
+        3,
+        ["Thursday", "Sunday"],
+        1,
+        "the last weekend day",
+    ),
 }
 
 
-@pytest.mark.parametrize(("days", "day", "weekend", "replicas"), KINDS.values(), ids=KINDS.keys())
+@pytest.mark.parametrize(
+    ("days", "day", "weekend", "replicas", "basis"), KINDS.values(), ids=KINDS.keys()
+)
 def test_without_a_week_the_forecast_reads_days_of_the_same_kind(
-    days: list[list[int]], day: int, weekend: list[str], replicas: int
+    days: list[list[int]], day: int, weekend: list[str], replicas: int, basis: str
 ) -> None:
     """Without a week of history a slot comes from the last days of its kind (weekday or
     `weekendDays`), else from the last three days: a Monday after a quiet weekend is not
@@ -125,6 +148,7 @@ def test_without_a_week_the_forecast_reads_days_of_the_same_kind(
     assert h is not None
     p = predict(h, fc, THU + day * DAY + 12 * 3600, 600)
     assert p.replicas == replicas, p.note
+    assert p.note.endswith(f"from {basis})"), p.note
 
 
 def test_weekday_numbers() -> None:

@@ -102,13 +102,21 @@ def weekday(day: int) -> int:
     return (day + 3) % WEEK_DAYS
 
 
-def _predict_slot(h: History, t: float, now: float, weekend_days: frozenset[int]) -> int | None:
+def _last(n: int, what: str) -> str:
+    return f"the last {what}" if n == 1 else f"the last {n} {what}s"
+
+
+def _predict_slot(
+    h: History, t: float, now: float, weekend_days: frozenset[int]
+) -> tuple[int, str] | None:
+    """(replicas, which days they come from) for the slot at `t`; None: no day has it."""
     day, slot = _where(h, t)
     today, now_slot = _where(h, now)
     vals = []
     for d in [day - k * WEEK_DAYS for k in range(1, 6)]:
         if d in h.days and h.days[d][slot] >= 0:
             vals.append(h.days[d][slot])
+    basis = "the same weekday of past weeks"
 
     def last_days(same_kind: bool) -> list[int]:
         kind = weekday(day) in weekend_days
@@ -126,12 +134,14 @@ def _predict_slot(h: History, t: float, now: float, weekend_days: frozenset[int]
 
     if not vals and weekend_days:
         vals = last_days(same_kind=True)
+        basis = _last(len(vals), "weekend day" if weekday(day) in weekend_days else "weekday")
     if not vals:
         vals = last_days(same_kind=False)
+        basis = _last(len(vals), "day")
     if not vals:
         return None
     vals.sort()
-    return vals[(len(vals) - 1) // 2]  # the most a majority of the days needed
+    return vals[(len(vals) - 1) // 2], basis  # the most a majority of the days needed
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,11 +164,11 @@ def _fit_error(h: History, cfg: Forecast, now: float) -> tuple[float, float] | N
         if obs < 0:
             continue
         at = today * DAY + slot * h.slot_s
-        p = _predict_slot(h, at, at, weekend(cfg))
-        if p is None:
+        got = _predict_slot(h, at, at, weekend(cfg))
+        if got is None:
             continue
-        errs.append(p - obs)
-        preds.append(p)
+        errs.append(got[0] - obs)
+        preds.append(got[0])
     if not errs:
         return None
     return sum(errs) / len(errs), sum(preds) / len(preds)
@@ -189,16 +199,17 @@ def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> P
     t = now
     end = now + max(0.0, horizon_s)
     days_off = weekend(cfg)
+    basis = ""
     while True:
-        p = _predict_slot(h, t, now, days_off)
-        if p is not None:
-            best = p if best is None else max(best, p)
+        got = _predict_slot(h, t, now, days_off)
+        if got is not None and (best is None or got[0] > best):
+            best, basis = got
         if t >= end:
             break
         t = min(end, (math.floor(t / h.slot_s) + 1) * h.slot_s)
     if best is None:
         return Prediction(None, "no past day has these hours: reactive only")
-    note = f"most needed within {horizon_s:.0f} s ({have:.1f} days of history)"
+    note = f"most needed within {horizon_s:.0f} s ({have:.1f} days of history; from {basis})"
     if scale < 1.0:
         scaled = max(0, math.ceil(best * scale - 1e-9))
         note += f", {best} scaled to today's level ({scale:.0%} of the history): {scaled}"
