@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -151,8 +152,14 @@ class AdaptiveReserve(_Model):
     maxGPUs: Annotated[int, Field(ge=0)] = 16  # cap on the adaptive part
 
 
-WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 Weekday = Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+WEEKDAYS: tuple[str, ...] = get_args(Weekday)  # Monday 0 ... Sunday 6
+
+
+def _listed_once(v: Sequence[str], what: str) -> None:
+    dupes = sorted({x for x in v if v.count(x) > 1})
+    if dupes:
+        raise ValueError(f"{what}(s) listed twice: {', '.join(dupes)}")
 
 
 class Forecast(_Model):
@@ -202,9 +209,7 @@ class Forecast(_Model):
     @field_validator("weekendDays")
     @classmethod
     def _weekend(cls, v: list[Weekday]) -> list[Weekday]:
-        dupes = sorted({d for d in v if v.count(d) > 1})
-        if dupes:
-            raise ValueError(f"day(s) listed twice: {', '.join(dupes)}")
+        _listed_once(v, "day")
         if len(v) == len(WEEKDAYS):
             raise ValueError("all seven days are weekend days: set [] for every day alike")
         return v
@@ -253,9 +258,7 @@ class GiveBack(_Model):
                     "and '-', starting and ending with a letter or digit, at most 63 "
                     "characters), e.g. research"
                 )
-        dupes = sorted({ns for ns in v if v.count(ns) > 1})
-        if dupes:
-            raise ValueError(f"namespace(s) listed twice: {', '.join(dupes)}")
+        _listed_once(v, "namespace")
         return v
 
     @model_validator(mode="after")

@@ -117,16 +117,16 @@ def _predict_slot(
         if d in h.days and h.days[d][slot] >= 0:
             vals.append(h.days[d][slot])
     basis = "the same weekday of past weeks"
+    off = weekday(day) in weekend_days  # this day's kind
 
     def last_days(same_kind: bool) -> list[int]:
-        kind = weekday(day) in weekend_days
         out: list[int] = []
         for d in sorted(h.days, reverse=True):
             if len(out) == _LOOKBACK_DAYS or (not same_kind and d < day - _LOOKBACK_DAYS):
                 break
             if d >= day or d > today or (d == today and slot >= now_slot):
                 continue  # not observed yet (or still being observed)
-            if same_kind and (weekday(d) in weekend_days) != kind:
+            if same_kind and (weekday(d) in weekend_days) != off:
                 continue
             if h.days[d][slot] >= 0:
                 out.append(h.days[d][slot])
@@ -134,7 +134,7 @@ def _predict_slot(
 
     if not vals and weekend_days:
         vals = last_days(same_kind=True)
-        basis = _last(len(vals), "weekend day" if weekday(day) in weekend_days else "weekday")
+        basis = _last(len(vals), "weekend day" if off else "weekday")
     if not vals:
         vals = last_days(same_kind=False)
         basis = _last(len(vals), "day")
@@ -159,12 +159,13 @@ def _fit_error(h: History, cfg: Forecast, now: float) -> tuple[float, float] | N
         return None
     n = max(1, round(cfg.fitHours * 3600 / h.slot_s))
     errs, preds = [], []
+    days_off = weekend(cfg)
     for slot in range(max(0, now_slot - n), now_slot):  # complete slots only
         obs = row[slot]
         if obs < 0:
             continue
         at = today * DAY + slot * h.slot_s
-        got = _predict_slot(h, at, at, weekend(cfg))
+        got = _predict_slot(h, at, at, days_off)
         if got is None:
             continue
         errs.append(got[0] - obs)
