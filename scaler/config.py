@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
@@ -199,12 +200,29 @@ class Forecast(_Model):
     # forecast's raises there only cost research (bench: ServeGen 0.02-0.09, conversation
     # week 0.025-0.05; coding week 0.16-0.86). Withholding research stays. 0 = every service.
     minRateSwing: Annotated[float, Field(ge=0)] = 0.12
-    # Days (UTC) whose traffic is unlike the others'. Without a week of history a slot is
+    # The zone whose dates and clock times the history keeps (an IANA name): a service whose
+    # users' day starts at local midnight and whose peak follows daylight-saving time sets
+    # theirs; in UTC, a New York weekend starts on Saturday at 19:00 or 20:00 local and
+    # the 09:00 peak moves an hour in the slots twice a year. Changing it starts a new history.
+    timeZone: str = "UTC"
+    # Days (in `timeZone`) whose traffic is unlike the others'. Without a week of history a slot is
     # predicted from the last three days of the same kind (a Tuesday from Monday and Friday,
     # not from the weekend before it; a Sunday from Saturday), else from the last three
     # days. [] = every day alike (bench: conversation week 93.3 -> 95.7 % of the oracle's
     # harvest; coding week unchanged within its noise, seed 2 2.5 -> 2.2 % lost).
     weekendDays: list[Weekday] = ["Saturday", "Sunday"]
+
+    @field_validator("timeZone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory ("Europe")
+            raise ValueError(
+                f"unknown time zone {v!r}: an IANA name such as UTC, Europe/Berlin or "
+                "America/New_York"
+            ) from None
+        return v
 
     @field_validator("weekendDays")
     @classmethod

@@ -174,6 +174,74 @@ def test_weekend_days_are_validated(days: list[str], error: str) -> None:
         Forecast(weekendDays=days)
 
 
+SAT_0300_UTC = MON + 5 * DAY + 3 * 3600  # Saturday 2024-01-06 03:00 UTC
+WHERE: dict[str, tuple[str, int, int]] = {
+    # pool.forecast.timeZone, weekday of the row the observation lands in, its slot (600 s)
+    "utc": ("UTC", 5, 18),
+    "new-york-is-still-friday-evening": ("America/New_York", 4, 22 * 6),
+    "tokyo-is-saturday-noon": ("Asia/Tokyo", 5, 12 * 6),
+    "kathmandu-a-quarter-hour-offset": ("Asia/Kathmandu", 5, 8 * 6 + 4),  # 08:45 local
+}
+
+
+@pytest.mark.parametrize(("zone", "day", "slot"), WHERE.values(), ids=WHERE.keys())
+def test_the_history_keeps_the_zones_dates_and_clock(zone: str, day: int, slot: int) -> None:
+    fc = FC.model_copy(update={"timeZone": zone})
+    h = record(None, fc, SAT_0300_UTC, 7)
+    ((d, row),) = h.days.items()
+    assert h.tz == zone and weekday(d) == day
+    assert [i for i, v in enumerate(row) if v >= 0] == [slot] and row[slot] == 7
+
+
+@pytest.mark.parametrize(
+    ("zone", "replicas"),
+    [
+        # Berlin's 09:00 peak is 08:00 UTC in winter time and 07:00 UTC from 31 March: in
+        # local time the Monday after the change is predicted from the days before it.
+        pytest.param("Europe/Berlin", 12, id="local-clock-keeps-the-peak"),
+        # The same observations in UTC days predict the peak an hour late.
+        pytest.param("UTC", 2, id="utc-predicts-it-an-hour-late"),
+    ],
+)
+def test_a_daily_peak_follows_daylight_saving_time(zone: str, replicas: int) -> None:
+    fc = FC.model_copy(update={"timeZone": zone, "weekendDays": []})
+    berlin_winter = 3600.0  # UTC+1 until Sunday 31 March 2024 01:00 UTC
+    wed = MON + (31 + 29 + 26) * DAY  # Wednesday 27 March 2024 00:00 UTC
+    h: History | None = None
+    for d in range(4):  # Wednesday to Saturday, a peak 09:00-10:00 Berlin time
+        for s in range(144):
+            t = wed + d * DAY + s * 600 - berlin_winter  # local midnight onwards
+            h = record(h, fc, t, 12 if s // 6 == 9 else 2)
+    assert h is not None
+    monday_0855_berlin = wed + 5 * DAY + 8 * 3600 + 55 * 60 - 2 * 3600  # summer time: UTC+2
+    p = predict(h, fc, monday_0855_berlin, 600)
+    assert p.replicas == replicas, p.note
+    assert ("days of history in Europe/Berlin time;" in p.note) == (zone != "UTC"), p.note
+
+
+def test_the_repeated_hour_of_the_long_day_shares_its_slots() -> None:
+    """27 October 2024 in Berlin: 02:30 comes twice (00:30 and 01:30 UTC)."""
+    fc = FC.model_copy(update={"timeZone": "Europe/Berlin"})
+    sunday = MON + (366 - 66) * DAY  # Sunday 27 October 2024 00:00 UTC
+    h = record(None, fc, sunday + 1800, 3)
+    h = record(h, fc, sunday + 5400, 5)
+    ((d, row),) = h.days.items()
+    assert weekday(d) == 6 and row[2 * 6 + 3] == 5 and sum(v >= 0 for v in row) == 1
+
+
+def test_another_zone_starts_a_new_history() -> None:
+    h = days_of(RAMP, 2)
+    berlin = FC.model_copy(update={"timeZone": "Europe/Berlin"})
+    h2 = record(h, berlin, MON + 2 * DAY, 3)
+    assert h2.tz == "Europe/Berlin" and len(h2.days) == 1
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "Europe", ""])
+def test_an_unknown_time_zone_is_refused(zone: str) -> None:
+    with pytest.raises(ValueError, match=r"timeZone\n.*unknown time zone"):
+        Forecast(timeZone=zone)
+
+
 def test_a_day_unlike_the_others_falls_back_to_reactive() -> None:
     h = days_of(RAMP, 3)
     today = MON + 3 * DAY

@@ -23,12 +23,15 @@ from tests.support.kubeapi import FakeKubeAPI
 EPOCH = 1_715_299_200.0
 
 
-def config(pool: str = "sim", slot: float = 600, min_swing: float = 0.1) -> Config:
+def config(
+    pool: str = "sim", slot: float = 600, min_swing: float = 0.1, zone: str = "UTC"
+) -> Config:
     forecast = {
         "enabled": True,
         "minHistoryDays": 0.25,
         "slotSeconds": slot,
         "minRateSwing": min_swing,
+        "timeZone": zone,
     }
     return parse_config(
         {
@@ -165,6 +168,10 @@ IGNORED = {
         saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [1, 2]}),
         "slots, not 144",
     ),
+    "forecast-zone-not-a-string": (
+        saved(services__chat__forecast__timeZone=1),
+        "chat.forecast.timeZone is not a string",
+    ),
     "top-level-list": ("[1, 2]", "document is not an object"),
     "load-bin-out-of-range": (
         saved(services__chat__policy__learned__bins=[[999, 1.0, 1.0]]),
@@ -201,9 +208,38 @@ def test_old_policy_memory_is_dropped_but_the_forecast_kept() -> None:
     assert "chat" not in st.policy and "chat" in st.forecast
 
 
-def test_changed_slot_length_or_removed_service_starts_that_part_over() -> None:
-    st, _ = memory.restore(saved(), config(slot=300), 100.0, EPOCH + 60.0 * 30)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        pytest.param(config(slot=300), id="slot-length"),
+        pytest.param(config(zone="Europe/Berlin"), id="time-zone"),
+    ],
+)
+def test_changed_slots_or_zone_start_the_history_over(cfg: Config) -> None:
+    st, _ = memory.restore(saved(), cfg, 100.0, EPOCH + 60.0 * 30)
     assert st is not None and "chat" in st.policy and "chat" not in st.forecast
+
+
+def test_the_history_keeps_its_zone_across_a_restart() -> None:
+    cfg = config(zone="America/New_York")
+    _, st = run(cfg, 0, 30, CycleState(), 0.0)
+    text = memory.dump(st, cfg, 60.0 * 29, EPOCH + 60.0 * 29)
+    back, line = memory.restore(text, cfg, 100.0, EPOCH + 60.0 * 30)
+    assert back is not None, line
+    assert back.forecast["chat"] == st.forecast["chat"]
+    # EPOCH is Friday 10 May 2024 00:00 UTC: Thursday 20:00 in New York.
+    (day,) = back.forecast["chat"].days
+    assert back.forecast["chat"].tz == "America/New_York" and day == math.floor(EPOCH / 86400) - 1
+
+
+def test_a_history_saved_before_the_zone_setting_reads_as_utc() -> None:
+    doc = json.loads(saved())
+    del doc["services"]["chat"]["forecast"]["timeZone"]
+    st, line = memory.restore(json.dumps(doc), config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is not None and st.forecast["chat"].tz == "UTC", line
+
+
+def test_removed_service_starts_that_part_over() -> None:
     st, _ = memory.restore(saved(services={"gone": {}}), config(), 100.0, EPOCH + 60.0 * 30)
     assert st is not None and not st.policy
 

@@ -144,3 +144,31 @@ def test_shuffling_a_single_day_is_an_error() -> None:
     one = RateCurve("one", np.array([0.0]), np.array([1.0]), None, None, DAY, "conv")
     with pytest.raises(ValueError, match="nothing to shuffle"):
         shuffle_days(one, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize(
+    ("trace", "start_day", "shuffle", "first_day"),
+    [
+        ("azure-code-week", 0.0, False, "Friday 2024-05-10"),
+        ("azure-code-week", 2.0, False, "Sunday 2024-05-12"),
+        ("azure-conv-week", 1.0, False, "Monday 2024-05-13"),
+        ("azure-code-week", 0.0, True, "Thursday 1970-01-01"),  # shuffled: no calendar
+        ("servegen-large", 1.0, False, "Thursday 1970-01-01"),  # day numbers only
+    ],
+    ids=["code", "code-from-day-2", "conv-from-day-1", "shuffled", "servegen"],
+)
+def test_ours_clock_starts_on_the_first_simulated_day(
+    trace: str, start_day: float, shuffle: bool, first_day: str
+) -> None:
+    """`run_scenario` hands ours this calendar: the weekday its forecast reads at t = 0."""
+    import datetime
+
+    from scaler.sim.scenario import Scenario, calendar_start
+    from scaler.sim.workload import shuffle_days
+
+    c = load_curve(trace)
+    if shuffle:
+        c = shuffle_days(c, np.random.default_rng(1))
+    at = calendar_start(c, Scenario(trace=trace, start_day=start_day))
+    day = datetime.datetime.fromtimestamp(at, datetime.UTC)
+    assert day.strftime("%A %Y-%m-%d") == first_day and (day.hour, day.minute) == (0, 0)

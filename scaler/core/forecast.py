@@ -1,12 +1,13 @@
 """Forecast-aware decisions: a bounded per-service history of needed replicas by time slot,
 and what it predicts. Pure: the caller passes the wall-clock time (`calendar`, Unix seconds).
 
-History: per service and calendar day (UTC), the largest need the load showed (each
-signal's `need`: replicas the load needs however many exist, never the forecast's own ask)
-in each `pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB per service).
+History: per service and calendar day, the largest need the load showed (each signal's
+`need`: replicas the load needs however many exist, never the forecast's own ask) in each
+`pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB per service). Days
+and slots are the dates and clock times of `pool.forecast.timeZone` (default UTC).
 Prediction for a future instant: the same slot on the same weekday of past weeks when the
 history has them, else the same slot of the last three days of the same kind (weekday or
-`weekendDays`, UTC; a Tuesday after a weekend from Monday and Friday: on the bench's
+`weekendDays`; a Tuesday after a weekend from Monday and Friday: on the bench's
 conversation week 93.3 -> 95.7 % of the oracle's harvest), else of the last three days;
 the most that a majority of
 those days needed (the median, the lower one of an even count: of two days, what both
@@ -37,7 +38,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from types import MappingProxyType
+from zoneinfo import ZoneInfo
 
 from scaler.config import WEEKDAYS, Forecast
 
@@ -49,10 +52,12 @@ _NONE = -1  # a slot without observations
 
 @dataclass(frozen=True, slots=True)
 class History:
-    """Needed replicas per calendar day (Unix day number) and slot; -1 = not observed."""
+    """Needed replicas per calendar day (day number of the local date in `tz`, counted
+    like Unix days) and slot of local time; -1 = not observed."""
 
     slot_s: float
     days: Mapping[int, tuple[int, ...]]
+    tz: str = "UTC"  # IANA name; the days and slots are this zone's dates and clock times
 
     @property
     def slots_per_day(self) -> int:
@@ -63,19 +68,35 @@ class History:
 
 
 def empty(cfg: Forecast) -> History:
-    return History(cfg.slotSeconds, MappingProxyType({}))
+    return History(cfg.slotSeconds, MappingProxyType({}), cfg.timeZone)
+
+
+def local_seconds(tz: str, t: float) -> float:
+    """Unix seconds `t` as the zone's wall clock, counted like Unix seconds: its day number
+    is the local date's and its time of day the local clock's. A daily peak at 09:00 in
+    Berlin stays in the same slot across a daylight-saving change (in UTC it moves an hour);
+    the 25-h day's repeated hour shares its slots, the 23-h day leaves one hour unobserved."""
+    if tz == "UTC":
+        return t
+    off = datetime.fromtimestamp(t, ZoneInfo(tz)).utcoffset()  # ZoneInfo caches the zone
+    return t + (off.total_seconds() if off is not None else 0.0)
+
+
+def _slot_at(h: History, local: float) -> tuple[int, int]:
+    """(day, slot) of a local time (`local_seconds`)."""
+    day = math.floor(local / DAY)
+    return day, min(h.slots_per_day - 1, int((local - day * DAY) // h.slot_s))
 
 
 def _where(h: History, t: float) -> tuple[int, int]:
-    day = math.floor(t / DAY)
-    slot = min(h.slots_per_day - 1, int((t - day * DAY) // h.slot_s))
-    return day, slot
+    """(local day, slot) of Unix seconds `t`."""
+    return _slot_at(h, local_seconds(h.tz, t))
 
 
 def record(h: History | None, cfg: Forecast, t: float, needed: int) -> History:
     """The history with `needed` replicas observed at `t` (Unix seconds); old days dropped.
-    A changed slot length starts a new history (the old slots do not line up)."""
-    if h is None or h.slot_s != cfg.slotSeconds:
+    A changed slot length or time zone starts a new history (the old slots do not line up)."""
+    if h is None or h.slot_s != cfg.slotSeconds or h.tz != cfg.timeZone:
         h = empty(cfg)
     day, slot = _where(h, t)
     today = h.days.get(day) or (_NONE,) * h.slots_per_day
@@ -89,7 +110,7 @@ def record(h: History | None, cfg: Forecast, t: float, needed: int) -> History:
         days = MappingProxyType(days)
     if len(days) > cfg.historyDays:
         days = MappingProxyType({d: v for d, v in days.items() if day - cfg.historyDays < d})
-    return History(h.slot_s, days)
+    return History(h.slot_s, days, h.tz)
 
 
 def weekend(cfg: Forecast) -> frozenset[int]:
@@ -98,7 +119,7 @@ def weekend(cfg: Forecast) -> frozenset[int]:
 
 
 def weekday(day: int) -> int:
-    """Monday 0 ... Sunday 6 of a Unix day number (day 0, 1 January 1970, was a Thursday)."""
+    """Monday 0 ... Sunday 6 of a day number (day 0, 1 January 1970, was a Thursday)."""
     return (day + 3) % WEEK_DAYS
 
 
@@ -107,11 +128,12 @@ def _last(n: int, what: str) -> str:
 
 
 def _predict_slot(
-    h: History, t: float, now: float, weekend_days: frozenset[int]
+    h: History, at: tuple[int, int], now: tuple[int, int], weekend_days: frozenset[int]
 ) -> tuple[int, str] | None:
-    """(replicas, which days they come from) for the slot at `t`; None: no day has it."""
-    day, slot = _where(h, t)
-    today, now_slot = _where(h, now)
+    """(replicas, which days they come from) for the (day, slot) `at`, asked at (day, slot)
+    `now`; None: no day has it."""
+    day, slot = at
+    today, now_slot = now
     vals = []
     for d in [day - k * WEEK_DAYS for k in range(1, 6)]:
         if d in h.days and h.days[d][slot] >= 0:
@@ -164,8 +186,7 @@ def _fit_error(h: History, cfg: Forecast, now: float) -> tuple[float, float] | N
         obs = row[slot]
         if obs < 0:
             continue
-        at = today * DAY + slot * h.slot_s
-        got = _predict_slot(h, at, at, days_off)
+        got = _predict_slot(h, (today, slot), (today, slot), days_off)
         if got is None:
             continue
         errs.append(got[0] - obs)
@@ -197,12 +218,13 @@ def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> P
         if err > 0 and mean > 0:
             scale = 1.0 - err / mean
     best: int | None = None
-    t = now
-    end = now + max(0.0, horizon_s)
+    t = local_seconds(h.tz, now)  # stepped in local time: every slot the horizon touches
+    end = t + max(0.0, horizon_s)
+    at_now = _slot_at(h, t)
     days_off = weekend(cfg)
     basis = ""
     while True:
-        got = _predict_slot(h, t, now, days_off)
+        got = _predict_slot(h, _slot_at(h, t), at_now, days_off)
         if got is not None and (best is None or got[0] > best):
             best, basis = got
         if t >= end:
@@ -210,7 +232,8 @@ def predict(h: History | None, cfg: Forecast, now: float, horizon_s: float) -> P
         t = min(end, (math.floor(t / h.slot_s) + 1) * h.slot_s)
     if best is None:
         return Prediction(None, "no past day has these hours: reactive only")
-    note = f"most needed within {horizon_s:.0f} s ({have:.1f} days of history; from {basis})"
+    zone = "" if h.tz == "UTC" else f" in {h.tz} time"  # which days "weekday" means
+    note = f"most needed within {horizon_s:.0f} s ({have:.1f} days of history{zone}; from {basis})"
     if scale < 1.0:
         scaled = max(0, math.ceil(best * scale - 1e-9))
         note += f", {best} scaled to today's level ({scale:.0%} of the history): {scaled}"
@@ -227,13 +250,14 @@ def recent_peak(h: History | None, now: float, span_s: float) -> int | None:
     if h is None or not h.days:
         return None
     best: int | None = None
-    t = now - max(0.0, span_s)
+    end = local_seconds(h.tz, now)
+    t = end - max(0.0, span_s)
     while True:
-        day, slot = _where(h, t)
+        day, slot = _slot_at(h, t)
         row = h.days.get(day)
         if row is not None and row[slot] >= 0:
             best = row[slot] if best is None else max(best, row[slot])
-        if t >= now:
+        if t >= end:
             break
-        t = min(now, (math.floor(t / h.slot_s) + 1) * h.slot_s)
+        t = min(end, (math.floor(t / h.slot_s) + 1) * h.slot_s)
     return best

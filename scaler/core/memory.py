@@ -29,7 +29,7 @@ from typing import Any
 
 from scaler.config import Config
 from scaler.core.cycle import CycleState
-from scaler.core.forecast import DAY, History
+from scaler.core.forecast import DAY, History, local_seconds
 from scaler.core.giveback import GiveBack
 from scaler.core.policy import PolicyState
 from scaler.core.ramp import RateSwing
@@ -86,6 +86,7 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
         if h is not None:
             entry["forecast"] = {
                 "slotSeconds": h.slot_s,
+                "timeZone": h.tz,
                 "days": {str(d): list(v) for d, v in sorted(h.days.items())},
             }
         if entry:
@@ -226,8 +227,13 @@ def _history(d: Mapping[str, Any], name: str, cfg: Config, wall_now: float) -> H
     slot = _num(d.get("slotSeconds"), f"{name}.forecast.slotSeconds", lo=1)
     if slot != cfg.pool.forecast.slotSeconds:
         return None  # the slots do not line up with the configured ones: start over
+    tz = d.get("timeZone", "UTC")  # state written before the setting kept UTC days
+    if not isinstance(tz, str):
+        raise Invalid(f"{name}.forecast.timeZone is not a string: {tz!r}"[:200])
+    if tz != cfg.pool.forecast.timeZone:
+        return None  # days of another zone do not line up either: start over
     per_day = max(1, round(DAY / slot))
-    today = math.floor(wall_now / DAY)
+    today = math.floor(local_seconds(tz, wall_now) / DAY)
     days: dict[int, tuple[int, ...]] = {}
     for key, row in _map(d.get("days"), f"{name}.forecast.days").items():
         if not key.lstrip("-").isdigit():
@@ -241,7 +247,7 @@ def _history(d: Mapping[str, Any], name: str, cfg: Config, wall_now: float) -> H
                 raise Invalid(f"{name}.forecast.days[{key}] holds {v!r}"[:200])
         if today - cfg.pool.forecast.historyDays < day <= today:
             days[day] = tuple(vals)
-    return History(slot, MappingProxyType(days))
+    return History(slot, MappingProxyType(days), tz)
 
 
 def restore(

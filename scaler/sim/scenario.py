@@ -324,6 +324,12 @@ def scenario_workload(scn: Scenario) -> tuple[RateCurve, Calibration, float, Wor
     return curve, cal, peak, w
 
 
+def calendar_start(curve: RateCurve, scn: Scenario) -> float:
+    """The Unix time ours' clock reads at t = 0: the first simulated day of a trace with
+    dates (`--start-day` days into it), else the epoch (ServeGen: day numbers only)."""
+    return 0.0 if curve.start_unix is None else curve.start_unix + scn.start_day * DAY
+
+
 def run_scenario(
     scn: Scenario,
     policies: tuple[str, ...] = POLICY_NAMES,
@@ -334,8 +340,7 @@ def run_scenario(
     curve, cal, peak, w = scenario_workload(scn)
     t0, t1 = -scn.warmup_s, scn.days * DAY
     cfg = pool_config(scn, cal)
-    start = 0.0 if curve.start_unix is None else curve.start_unix + scn.start_day * DAY
-    pols, static_n = make_policies(scn, cfg, cal, w, t0, t1, start)
+    pols, static_n = make_policies(scn, cfg, cal, w, t0, t1, calendar_start(curve, scn))
     policies = expand_policies(scn, policies)
     unknown = set(policies) - set(pols)
     if unknown:
