@@ -605,6 +605,8 @@ def test_stale_data_holds_and_never_lowers(
         pytest.param({"waiting": float("inf")}, id="inf-waiting"),
         pytest.param({"tokens_per_s": -5.0}, id="negative-rate"),
         pytest.param({"running": float("-inf")}, id="minus-inf-running"),
+        pytest.param({"kv_usage_mean": 6.4e306}, id="kv-far-above-a-fraction"),
+        pytest.param({"kv_usage_max": 1.5}, id="kv-above-one"),
     ],
 )
 def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float]) -> None:
@@ -622,6 +624,29 @@ def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float]) -> None:
     assert next(iter(bad)) in d.reason
     first, _ = decide(svc, make_load(ready=6, **bad), None, 5.0)
     assert first.desired is None
+
+
+@pytest.mark.parametrize(
+    "load",
+    [
+        pytest.param({"waiting": 1e308}, id="waiting"),
+        pytest.param({"running": 1e308}, id="running"),
+        pytest.param({"tokens_per_s": 1e308}, id="tokens"),
+    ],
+)
+def test_a_count_too_large_to_size_asks_the_most(load: dict[str, float]) -> None:
+    """Finite counts whose replica sizing overflows a float (found by the property test
+    with a KV fraction of 6.4e306 on 14 replicas): the most, never a crash."""
+    svc = make_svc(
+        maxReplicas=20,
+        thresholds={
+            "waitingPerReplica": 0.5,
+            "runningPerReplica": 0.5,
+            "tokensPerSecondPerReplica": 0.5,
+        },
+    )
+    d, _ = decide(svc, make_load(ready=14, **load), settled_at(svc, 14), 5.0)
+    assert d.desired == 20 and d.fresh
 
 
 def test_stale_reason_without_aggregator_reason() -> None:

@@ -127,7 +127,12 @@ def _with_calm(
     return tuple(out)
 
 
+_OVERFLOW = 1 << 31  # a size past any maxReplicas; the caller clamps it
+
+
 def _ceil(x: float) -> int:
+    if x != x or x == math.inf:  # a finite count near float's max overflowed: the most
+        return _OVERFLOW
     return max(0, math.ceil(x - _EPS))
 
 
@@ -363,7 +368,7 @@ def decide(
     if not (load.usable or scaled_to_zero):
         return _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
     bad = _garbage(load)
-    if bad:  # NaN / Inf / negative: a parsing or rate bug upstream, never a reason to shrink
+    if bad:  # NaN / Inf / negative / KV > 1: a bug upstream, never a reason to shrink
         return _hold(svc, load, prev, now, "stale", f"unusable value(s) in load: {bad}", ())
 
     slo_window: tuple[SloEntry, ...] = ()
@@ -587,7 +592,14 @@ def _garbage(load: ServiceLoad) -> str:
         "kv_usage_max": load.kv_usage_max,
         "tokens_per_s": 0.0 if load.tokens_per_s is None else load.tokens_per_s,
     }
-    return ", ".join(f"{k}={v}" for k, v in values.items() if not (math.isfinite(v) and v >= 0))
+    bad = [f"{k}={v}" for k, v in values.items() if not (math.isfinite(v) and v >= 0)]
+    bad += [  # a fraction 0-1 (vLLM kv_cache_usage_perc, SGLang token_usage); the slack
+        # covers a mean's rounding, not an engine reporting percent
+        f"{k}={v} (a fraction 0-1)"
+        for k, v in (("kv_usage_mean", load.kv_usage_mean), ("kv_usage_max", load.kv_usage_max))
+        if math.isfinite(v) and v > 1.0 + 1e-6
+    ]
+    return ", ".join(bad)
 
 
 def _why_unusable(load: ServiceLoad) -> str:
