@@ -253,6 +253,8 @@ def test_reads(text: str, engine: str, model: str | None, expected: EngineSample
     [
         pytest.param(v1(waiting="NaN"), "not a usable", id="nan-in-used-gauge"),
         pytest.param(v1(kv="+Inf"), "not a usable", id="inf-in-kv"),
+        pytest.param(v1(kv="1.5"), "KV-cache usage is 1.5: not a fraction", id="kv-above-one"),
+        pytest.param(v1(kv="87"), "not a fraction 0-1", id="kv-in-percent"),
         pytest.param(v1(running="-1"), "not a usable", id="negative-count"),
         pytest.param(v1(waiting="1_000"), "invalid value", id="python-only-float-syntax"),
         pytest.param(v1(waiting="0x10"), "invalid value", id="hex-value"),

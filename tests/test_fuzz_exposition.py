@@ -53,6 +53,7 @@ def check(text: str, engine: Engine = "vllm", model: str | None = None) -> None:
         v = getattr(s, field)
         assert v is None or (math.isfinite(v) and v >= 0), (field, v)
     assert s.kv_usage_max >= s.kv_usage_mean - 1e-9
+    assert s.kv_usage_max <= 1 + 1e-6
     assert s.engines >= 1
 
 

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scaler.core import histogram
 from scaler.core.histogram import Buckets
-from scaler.core.load import Engine, EngineSample
+from scaler.core.load import KV_USAGE_MAX, Engine, EngineSample
 
 
 class ParseError(ValueError):
@@ -318,6 +318,8 @@ def read_sample(
     swapped = _pick(scan, names.swapped, model, _GAUGE) if names.swapped else None
     kv = _pick(scan, names.kv, model, _GAUGE) if names.kv else None
     kv_values = list(kv.values()) if kv else [0.0]
+    if max(kv_values) > KV_USAGE_MAX:
+        raise ParseError(f"KV-cache usage is {max(kv_values):g}: not a fraction 0-1")
 
     def total(ns: tuple[str, ...], kinds: tuple[str, ...]) -> float | None:
         per = _pick(scan, ns, model, kinds) if ns else None

@@ -13,6 +13,10 @@ from typing import Literal
 
 from scaler.core.histogram import Buckets
 
+# A KV-cache usage above this is not a fraction 0-1 (vLLM kv_cache_usage_perc, SGLang
+# token_usage): garbage. The slack covers a mean's rounding, not an engine reporting percent.
+KV_USAGE_MAX = 1.0 + 1e-6
+
 
 @dataclass(frozen=True, slots=True)
 class EngineSample:

@@ -27,7 +27,7 @@ from scaler.core import ramp
 from scaler.core import slo as slo_signal
 from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
 from scaler.core.ewma import ewma
-from scaler.core.load import ServiceLoad
+from scaler.core.load import KV_USAGE_MAX, ServiceLoad
 from scaler.core.ramp import RateSwing, RateTrend
 from scaler.core.slo import Learned, SloEntry
 
@@ -593,11 +593,10 @@ def _garbage(load: ServiceLoad) -> str:
         "tokens_per_s": 0.0 if load.tokens_per_s is None else load.tokens_per_s,
     }
     bad = [f"{k}={v}" for k, v in values.items() if not (math.isfinite(v) and v >= 0)]
-    bad += [  # a fraction 0-1 (vLLM kv_cache_usage_perc, SGLang token_usage); the slack
-        # covers a mean's rounding, not an engine reporting percent
+    bad += [  # ingest refuses such a scrape; this guards every other source of a load
         f"{k}={v} (a fraction 0-1)"
         for k, v in (("kv_usage_mean", load.kv_usage_mean), ("kv_usage_max", load.kv_usage_max))
-        if math.isfinite(v) and v > 1.0 + 1e-6
+        if math.isfinite(v) and v > KV_USAGE_MAX
     ]
     return ", ".join(bad)
 
