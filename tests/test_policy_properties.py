@@ -14,7 +14,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService, Slo, Thresholds
@@ -329,7 +329,24 @@ def test_constant_load_settles_without_oscillation(
     assert len(set(tail)) <= 1, f"not settled: {tail}"
 
 
+# Found by a 2,500-example run: no queue signal, a concurrency target (8) above what the
+# engine runs (5): each replica removed lowers `running`, the ask falls one more, and the
+# descent to the fixed point (2) took a window per replica, past the old horizon.
+_STAIRCASE = InferenceService.model_validate(
+    {
+        "name": "svc",
+        "gpusPerReplica": 1,
+        "minReplicas": 0,
+        "maxReplicas": 7,
+        "targets": {"static": ["127.0.0.1:8000"]},
+        "thresholds": {"waitingPerReplica": 0, "runningPerReplica": 8},
+        "scaleDown": {"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 0},
+    }
+)
+
+
 @SIM_PROFILE
+@example(_STAIRCASE, 33.0, 5, 0.125, None, 7, 0)
 @given(
     svc=services(),
     demand=st.floats(0, 3000),  # requests in the service (running + waiting), constant
@@ -353,12 +370,15 @@ def test_saturating_replicas_under_constant_demand_settle(
     (it appears all at once when one replica too few serves), the case where HPA's
     ceil(waiting / target) flaps. Before the batch size is learned (from the first real
     queue), that first queue may overshoot once; from then on the target moves one way only
-    and settles."""
+    and settles. Where the replicas saturate, a signal sized on what they run (concurrency,
+    KV, tokens) asks less after each replica removed, so a scale-down may take one window
+    per replica: the horizon covers that staircase."""
     dt = 5.0
     pods = [0.0] * initial
     sd = svc.scaleDown
-    horizon = 2 * (sd.stabilizationSeconds + (svc.maxReplicas + 2) * max(sd.stepSeconds, dt))
-    horizon += (svc.maxReplicas + 2) * (model_load_s + dt) + 900
+    steps = svc.maxReplicas + 2
+    horizon = steps * (sd.stabilizationSeconds + max(sd.stepSeconds, dt)) + sd.stabilizationSeconds
+    horizon += steps * (model_load_s + dt) + 900
     per_replica = min(float(batch), 1.0 / kv_per_request)
     state: PolicyState | None = None
     seen: list[int | None] = []
