@@ -810,6 +810,35 @@ def test_a_lower_forecast_still_floors_a_scale_down() -> None:
     assert d.desired == 6, d.reason
 
 
+@pytest.mark.parametrize(
+    ("forecast", "want"),
+    [
+        pytest.param(0, 1, id="a-forecast-of-0-keeps-the-running-replica"),
+        pytest.param(None, 1, id="without-a-forecast-the-same-hold"),
+        pytest.param(3, 3, id="a-higher-forecast-adds"),
+    ],
+)
+def test_the_forecast_alone_holds_like_missing_data(forecast: int | None, want: int) -> None:
+    """Scaled to zero (a real zero), then a replica appears whose signals have no reading
+    yet: the forecast may add, never take that replica (found by the property test)."""
+    svc = make_svc(
+        minReplicas=0,
+        thresholds={
+            "waitingPerReplica": 0,
+            "kvCacheUsage": 0,
+            "runningPerReplica": 0,
+            "tokensPerSecondPerReplica": 500,
+        },
+    )
+    zero = make_load(ready=0, running=0.0, tokens_per_s=None, kv_usage_mean=0.0, kv_usage_max=0.0)
+    _, state = decide(svc, zero, None, 0.0)
+    assert state.desired == 0
+    one = make_load(ready=1, running=0.0, tokens_per_s=None)
+    fv = None if forecast is None else SignalVerdict("forecast", forecast, forecast, forecast)
+    d, _ = decide(svc, one, state, 5.0, forecast=fv)
+    assert d.desired == want and not d.fresh, d.reason
+
+
 # --- the scale-down window's moving average (scaleDown.smoothingSeconds) -------------------
 
 

@@ -433,6 +433,11 @@ def decide(
     # the forecast's stabilization was 12 % of the time). The window keeps what the load
     # asked; the forecast holds only while it asks.
     reactive = [v for v in readings if v.signal != "forecast"]
+    if not reactive:
+        # Only the forecast reads: hold as without data (never below the replicas running,
+        # `_hold`), the forecast may only add. Else a forecast of 0 after a scale to zero
+        # took back a replica started since, whose signals had no reading yet.
+        base = max(base, _clamp(load.current, lo, hi))
     held = _clamp(max(_calm(v) for v in reactive), lo, hi) if reactive else lo
     # An abstaining signal gives no evidence that fewer replicas suffice: it blocks the
     # scale-down window like stale data, but does not delay a scale-up.
