@@ -202,7 +202,7 @@ class Forecast(_Model):
     minRateSwing: Annotated[float, Field(ge=0)] = 0.12
     # The zone whose dates and clock times the history keeps (an IANA name): a service whose
     # users' day starts at local midnight and whose peak follows daylight-saving time sets
-    # theirs; in UTC, a New York weekend starts on Saturday at 19:00 or 20:00 local and
+    # theirs; in UTC, a New York weekend starts on Friday at 19:00 or 20:00 local and
     # the 09:00 peak moves an hour in the slots twice a year. Changing it starts a new history.
     timeZone: str = "UTC"
     # Days (in `timeZone`) whose traffic is unlike the others'. Without a week of history a slot is
