@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from scaler.config import Config, parse_config
 from scaler.core.accounting import Capacity, split_pool
 from scaler.core.decision import ServiceDecision
+from tests.support.fuzz import budget
 
 research_class = st.fixed_dictionaries(
     {
@@ -81,7 +82,7 @@ def build(sc: dict[str, Any]) -> tuple[Config, dict[str, ServiceDecision]]:
     return cfg, decisions
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@budget(3000)
 @given(scenarios())
 def test_split_invariants(sc: dict[str, Any]) -> None:
     cfg, decisions = build(sc)

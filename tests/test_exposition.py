@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from scaler.core.exposition import ParseError, read_sample, read_sample_reference
 from scaler.core.load import EngineSample
+from tests.support.fuzz import budget
 from tests.support.paths import FIXTURES
 
 AFTER_LOAD = (FIXTURES / "metrics_after_load.txt").read_text()
@@ -303,7 +304,7 @@ _label_text = st.text(
 _value = st.floats(min_value=0, max_value=1e15, allow_nan=False, allow_infinity=False)
 
 
-@settings(max_examples=60, deadline=None)
+@budget(60)
 @given(
     engines=st.dictionaries(
         st.text("0123456789", min_size=1, max_size=3),

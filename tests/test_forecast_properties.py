@@ -4,11 +4,12 @@ bounded, keyed by the zone's dates, and never predicting more than a day needed.
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from scaler.config import Forecast
 from scaler.core.forecast import DAY, History, local_seconds, predict, recent_peak, record
+from tests.support.fuzz import budget
 
 ZONES = [
     "UTC",
@@ -22,7 +23,7 @@ ZONES = [
 T0 = 1_704_067_200.0  # 2024-01-01 00:00 UTC; a year of instants covers both DST changes
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@budget(200)
 @given(
     st.sampled_from(ZONES),
     st.sampled_from([1800.0, 3600.0]),

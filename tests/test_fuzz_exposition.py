@@ -11,30 +11,24 @@ of exactly the families the reader uses, with odd-but-legal and illegal spelling
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from scaler.core.exposition import NAMES, ParseError, read_sample
 from scaler.core.load import Engine, EngineSample
+from tests.support.fuzz import budget
 from tests.support.paths import FIXTURES
 
 CAPTURE = (FIXTURES / "metrics_after_load.txt").read_text()
 CAPTURE_LINES = CAPTURE.splitlines()
 ENGINES: list[Engine] = ["vllm", "sglang", "tgi"]
 
-# `make test` runs a fixed, reproducible set; FUZZ_EXAMPLES=20000 searches longer and at
-# random (a found crash is printed with its input either way).
-_LONG = int(os.environ.get("FUZZ_EXAMPLES", "0"))
-FUZZ = settings(
-    max_examples=_LONG or 150,
-    deadline=None,  # the slow validation path takes ~10 ms on a full capture
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    derandomize=not _LONG,
-    database=None,
-)
+# `make test` runs a fixed, reproducible set; `make fuzz` searches longer and at random
+# (tests/support/fuzz.py; a found crash is printed with its input either way). No deadline:
+# the slow validation path takes ~10 ms on a full capture.
+FUZZ = budget(150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 def check(text: str, engine: Engine = "vllm", model: str | None = None) -> None:

@@ -14,7 +14,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from scaler.config import InferenceService, Slo, Thresholds
@@ -22,6 +22,7 @@ from scaler.core.decision import ServiceDecision, SignalVerdict
 from scaler.core.load import ServiceLoad
 from scaler.core.policy import PolicyState
 from scaler.core.policy import decide as decide_once
+from tests.support.fuzz import budget
 
 LEAD_S = 720.0
 
@@ -33,9 +34,9 @@ def decide(
     return decide_once(svc, load, prev, now, **kw)
 
 
-PROFILE = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROFILE = budget(80)
 # Closed-loop simulations cost ~1-3k decisions per example.
-SIM_PROFILE = settings(PROFILE, max_examples=40)
+SIM_PROFILE = budget(40)
 
 _SIGNAL_KEYS = (
     "waitingPerReplica",
