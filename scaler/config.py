@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -163,6 +164,27 @@ def _listed_once(v: Sequence[str], what: str) -> None:
         raise ValueError(f"{what}(s) listed twice: {', '.join(dupes)}")
 
 
+def _zone(v: str) -> str:
+    try:
+        ZoneInfo(v)
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory ("Europe")
+        raise ValueError(
+            f"unknown time zone {v!r}: an IANA name such as UTC, Europe/Berlin or America/New_York"
+        ) from None
+    return v
+
+
+def _weekend_days(v: list[Weekday]) -> list[Weekday]:
+    _listed_once(v, "day")
+    if len(v) == len(WEEKDAYS):
+        raise ValueError("all seven days are weekend days: set [] for every day alike")
+    return v
+
+
+TimeZone = Annotated[str, AfterValidator(_zone)]  # an IANA name
+WeekendDays = Annotated[list[Weekday], AfterValidator(_weekend_days)]
+
+
 class Forecast(_Model):
     """Forecast-aware decisions from a per-service history of needed replicas by time of week.
 
@@ -204,33 +226,13 @@ class Forecast(_Model):
     # users' day starts at local midnight and whose peak follows daylight-saving time sets
     # theirs; in UTC, a New York weekend starts on Friday at 19:00 or 20:00 local and
     # the 09:00 peak moves an hour in the slots twice a year. Changing it starts a new history.
-    timeZone: str = "UTC"
+    timeZone: TimeZone = "UTC"
     # Days (in `timeZone`) whose traffic is unlike the others'. Without a week of history a slot is
     # predicted from the last three days of the same kind (a Tuesday from Monday and Friday,
     # not from the weekend before it; a Sunday from Saturday), else from the last three
     # days. [] = every day alike (bench: conversation week 93.3 -> 95.7 % of the oracle's
     # harvest; coding week unchanged within its noise, seed 2 2.5 -> 2.2 % lost).
-    weekendDays: list[Weekday] = ["Saturday", "Sunday"]
-
-    @field_validator("timeZone")
-    @classmethod
-    def _zone(cls, v: str) -> str:
-        try:
-            ZoneInfo(v)
-        except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a directory ("Europe")
-            raise ValueError(
-                f"unknown time zone {v!r}: an IANA name such as UTC, Europe/Berlin or "
-                "America/New_York"
-            ) from None
-        return v
-
-    @field_validator("weekendDays")
-    @classmethod
-    def _weekend(cls, v: list[Weekday]) -> list[Weekday]:
-        _listed_once(v, "day")
-        if len(v) == len(WEEKDAYS):
-            raise ValueError("all seven days are weekend days: set [] for every day alike")
-        return v
+    weekendDays: WeekendDays = ["Saturday", "Sunday"]
 
     @model_validator(mode="after")
     def _consistent(self) -> Forecast:
@@ -444,6 +446,15 @@ class Slo(_Model):
         return self.minRequests or max(10, round(1.0 / (1.0 - self.attainment)))
 
 
+class Calendar(_Model):
+    """A service's own calendar for the forecast history, where its users live elsewhere
+    than the pool's (`pool.forecast`): unset keys are the pool's. Changing the zone starts
+    that service's history over."""
+
+    timeZone: TimeZone | None = None
+    weekendDays: WeekendDays | None = None
+
+
 class InferenceService(_Model):
     name: Name  # required; the ScaledObject trigger's `service` metadata
     namespace: str = "default"
@@ -462,6 +473,7 @@ class InferenceService(_Model):
     # a bursty service with a daily pattern; on a smooth one it holds more than it buys
     # (docs/policy.md, "Forecast"): false = reactive only, no history kept.
     forecast: bool = True
+    calendar: Calendar | None = None  # the forecast's days for this service; unset: the pool's
 
     @model_validator(mode="after")
     def _bounds(self) -> InferenceService:
@@ -488,6 +500,16 @@ class ResearchClass(_Model):
     # it can save something before inference takes them back. 0 = the Jobs checkpoint on
     # SIGTERM within the grace period (the chart's contract): no forecast gate.
     checkpointIntervalSeconds: Annotated[float, Field(ge=0)] = 0.0
+
+
+def forecast_for(fc: Forecast, svc: InferenceService) -> Forecast:
+    """The pool's forecast settings with the service's own calendar (`calendar:`)."""
+    c = svc.calendar
+    if c is None:
+        return fc
+    keys = {"timeZone": c.timeZone, "weekendDays": c.weekendDays}
+    update = {k: v for k, v in keys.items() if v is not None}
+    return fc.model_copy(update=update) if update else fc
 
 
 class Config(_Model):

@@ -2447,6 +2447,7 @@ SCHEMA_DRIFT: list[tuple[str, tuple[str, ...], type[BaseModel], set[str]]] = [
     ("scale-up", ("inference", "[]", "scaleUp"), cfgmod.ScaleUp, set()),
     ("scale-down", ("inference", "[]", "scaleDown"), cfgmod.ScaleDown, set()),
     ("slo", ("inference", "[]", "slo"), cfgmod.Slo, set()),
+    ("calendar", ("inference", "[]", "calendar"), cfgmod.Calendar, set()),
     ("research", ("research", "[]"), cfgmod.ResearchClass, RESEARCH_CHART_KEYS),
 ]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from scaler.config import Forecast, parse_config
+from scaler.config import ConfigError, Forecast, parse_config
 from scaler.core.accounting import Capacity, split_pool
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
@@ -519,6 +519,39 @@ def forecast_pool(fc: dict[str, Any] | None = None, **svc: Any) -> Any:
             "inference": [{**chat, "maxReplicas": 16, **svc}],
         }
     )
+
+
+@pytest.mark.parametrize(
+    ("pool_zone", "calendar", "zone", "weekday_recorded"),
+    [
+        pytest.param("UTC", None, "UTC", 5, id="the-pools-utc"),
+        pytest.param("Asia/Tokyo", None, "Asia/Tokyo", 5, id="the-pools-zone"),
+        pytest.param(
+            "UTC", {"timeZone": "America/New_York"}, "America/New_York", 4, id="the-services-own"
+        ),
+        pytest.param("Asia/Tokyo", {"weekendDays": ["Friday"]}, "Asia/Tokyo", 5, id="days-only"),
+    ],
+)
+def test_a_service_keeps_its_history_in_its_own_calendar(
+    pool_zone: str, calendar: dict[str, Any] | None, zone: str, weekday_recorded: int
+) -> None:
+    """`inference[].calendar` overrides the pool's zone (and weekend days) for one service:
+    Saturday 03:00 UTC is still Friday evening for a New York service."""
+    c = forecast_pool({"timeZone": pool_zone}, calendar=calendar)
+    s = EngineSample(3.0, 0.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)
+    t = [TargetState(f"r{k}", TargetPhase.SERVING, s, 0.0) for k in range(4)]
+    _, state = step(
+        CycleInput(c, {"chat": t}, Capacity(64), 0.0, calendar=SAT_0300_UTC), CycleState()
+    )
+    h = state.forecast["chat"]
+    assert h.tz == zone and [weekday(d) for d in h.days] == [weekday_recorded]
+
+
+def test_a_service_calendar_is_validated() -> None:
+    with pytest.raises(ConfigError, match=r"inference\[0\]\.calendar\.timeZone: unknown time zone"):
+        forecast_pool(calendar={"timeZone": "Europe/Paris "})
+    with pytest.raises(ConfigError, match=r"calendar\.weekendDays.*listed twice"):
+        forecast_pool(calendar={"weekendDays": ["Friday", "Friday"]})
 
 
 @pytest.mark.parametrize(

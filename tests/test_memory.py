@@ -24,7 +24,11 @@ EPOCH = 1_715_299_200.0
 
 
 def config(
-    pool: str = "sim", slot: float = 600, min_swing: float = 0.1, zone: str = "UTC"
+    pool: str = "sim",
+    slot: float = 600,
+    min_swing: float = 0.1,
+    zone: str = "UTC",
+    calendar: dict[str, Any] | None = None,
 ) -> Config:
     forecast = {
         "enabled": True,
@@ -43,6 +47,7 @@ def config(
                     "targets": {"static": ["h:1"]},
                     "scaleDown": {"stabilizationSeconds": 600},
                     "slo": {"attainment": 0.95, "windowSeconds": 120},
+                    "calendar": calendar,
                 }
             ],
             "research": [{"name": "eval", "gpusPerJob": 1, "checkpointIntervalSeconds": 600}],
@@ -213,6 +218,7 @@ def test_old_policy_memory_is_dropped_but_the_forecast_kept() -> None:
     [
         pytest.param(config(slot=300), id="slot-length"),
         pytest.param(config(zone="Europe/Berlin"), id="time-zone"),
+        pytest.param(config(calendar={"timeZone": "Europe/Berlin"}), id="the-services-zone"),
     ],
 )
 def test_changed_slots_or_zone_start_the_history_over(cfg: Config) -> None:
@@ -230,6 +236,17 @@ def test_the_history_keeps_its_zone_across_a_restart() -> None:
     # EPOCH is Friday 10 May 2024 00:00 UTC: Thursday 20:00 in New York.
     (day,) = back.forecast["chat"].days
     assert back.forecast["chat"].tz == "America/New_York" and day == math.floor(EPOCH / 86400) - 1
+
+
+def test_a_service_calendar_keeps_its_zone_across_a_restart() -> None:
+    cfg = config(calendar={"timeZone": "Asia/Tokyo"})
+    _, st = run(cfg, 0, 30, CycleState(), 0.0)
+    text = memory.dump(st, cfg, 60.0 * 29, EPOCH + 60.0 * 29)
+    back, line = memory.restore(text, cfg, 100.0, EPOCH + 60.0 * 30)
+    assert back is not None and back.forecast["chat"] == st.forecast["chat"], line
+    assert back.forecast["chat"].tz == "Asia/Tokyo"
+    st2, _ = memory.restore(text, config(), 100.0, EPOCH + 60.0 * 30)  # calendar removed
+    assert st2 is not None and "chat" not in st2.forecast
 
 
 def test_a_history_saved_before_the_zone_setting_reads_as_utc() -> None:

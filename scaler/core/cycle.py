@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from scaler.config import Config, Forecast, InferenceService
+from scaler.config import Config, Forecast, InferenceService, forecast_for
 from scaler.core import forecast, giveback
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
@@ -81,7 +81,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
         ramp_aside = False
         if cal is not None:
-            p = forecast.predict(hist, fc, cal, lead)
+            p = forecast.predict(hist, forecast_for(fc, svc), cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
             swing = _swing(prev.policy.get(svc.name))
             calm = _smooth_rate(swing, fc)
@@ -109,9 +109,9 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)
             need = _reactive_need(svc, d)
             history[svc.name] = (
-                forecast.record(hist, fc, cal, need)
+                forecast.record(hist, forecast_for(fc, svc), cal, need)
                 if need is not None
-                else (hist or forecast.empty(fc))
+                else (hist or forecast.empty(forecast_for(fc, svc)))
             )
         elif fc.enabled and svc.forecast and hist is not None:  # no clock now: keep the history
             history[svc.name] = hist
@@ -252,7 +252,7 @@ def _withhold(
             span = c.checkpointIntervalSeconds
             # What the history predicts over the interval, and what inference needed over
             # the last one (the persistence forecast: it also covers the reactive fallback).
-            wants = [forecast.predict(h, fc, calendar, span).replicas]
+            wants = [forecast.predict(h, forecast_for(fc, svc), calendar, span).replicas]
             wants.append(forecast.recent_peak(h, calendar, span))
             known = [x for x in wants if x is not None]
             if not known:

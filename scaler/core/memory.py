@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from scaler.config import Config
+from scaler.config import Config, forecast_for
 from scaler.core.cycle import CycleState
 from scaler.core.forecast import DAY, History, local_seconds
 from scaler.core.giveback import GiveBack
@@ -230,7 +230,8 @@ def _history(d: Mapping[str, Any], name: str, cfg: Config, wall_now: float) -> H
     tz = d.get("timeZone", "UTC")  # state written before the setting kept UTC days
     if not isinstance(tz, str):
         raise Invalid(f"{name}.forecast.timeZone is not a string: {tz!r}"[:200])
-    if tz != cfg.pool.forecast.timeZone:
+    svc = next(s for s in cfg.inference if s.name == name)  # restore keeps configured ones
+    if tz != forecast_for(cfg.pool.forecast, svc).timeZone:
         return None  # days of another zone do not line up either: start over
     per_day = max(1, round(DAY / slot))
     today = math.floor(local_seconds(tz, wall_now) / DAY)
