@@ -76,12 +76,13 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         ahead = None
         note = ""
         cal = inp.calendar if fc.enabled and svc.forecast else None  # None: reactive only
+        sfc = forecast_for(fc, svc)  # the pool's settings in the service's calendar
         if fc.enabled and not svc.forecast:
             note = "off for this service (forecast: false): reactive only"
         lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
         ramp_aside = False
         if cal is not None:
-            p = forecast.predict(hist, forecast_for(fc, svc), cal, lead)
+            p = forecast.predict(hist, sfc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
             swing = _swing(prev.policy.get(svc.name))
             calm = _smooth_rate(swing, fc)
@@ -109,9 +110,9 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)
             need = _reactive_need(svc, d)
             history[svc.name] = (
-                forecast.record(hist, forecast_for(fc, svc), cal, need)
+                forecast.record(hist, sfc, cal, need)
                 if need is not None
-                else (hist or forecast.empty(forecast_for(fc, svc)))
+                else (hist or forecast.empty(sfc))
             )
         elif fc.enabled and svc.forecast and hist is not None:  # no clock now: keep the history
             history[svc.name] = hist

@@ -4,7 +4,8 @@ and what it predicts. Pure: the caller passes the wall-clock time (`calendar`, U
 History: per service and calendar day, the largest need the load showed (each signal's
 `need`: replicas the load needs however many exist, never the forecast's own ask) in each
 `pool.forecast.slotSeconds` slot; `historyDays` days are kept (a few KB per service). Days
-and slots are the dates and clock times of `pool.forecast.timeZone` (default UTC).
+and slots are the dates and clock times of the service's zone (`inference[].calendar`, else
+`pool.forecast.timeZone`, default UTC).
 Prediction for a future instant: the same slot on the same weekday of past weeks when the
 history has them, else the same slot of the last three days of the same kind (weekday or
 `weekendDays`; a Tuesday after a weekend from Monday and Friday: on the bench's
