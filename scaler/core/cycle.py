@@ -241,6 +241,7 @@ def _withhold(
     out: dict[str, int] = {}
     if not fc.enabled or calendar is None:
         return out
+    per_svc = {svc.name: forecast_for(fc, svc) for svc in cfg.inference}  # once, not per class
     for c in cfg.research:
         if c.checkpointIntervalSeconds <= 0:
             continue
@@ -253,7 +254,7 @@ def _withhold(
             span = c.checkpointIntervalSeconds
             # What the history predicts over the interval, and what inference needed over
             # the last one (the persistence forecast: it also covers the reactive fallback).
-            wants = [forecast.predict(h, forecast_for(fc, svc), calendar, span).replicas]
+            wants = [forecast.predict(h, per_svc[svc.name], calendar, span).replicas]
             wants.append(forecast.recent_peak(h, calendar, span))
             known = [x for x in wants if x is not None]
             if not known:

@@ -10,10 +10,10 @@ Prediction for a future instant: the same slot on the same weekday of past weeks
 history has them, else the same slot of the last three days of the same kind (weekday or
 `weekendDays`; a Tuesday after a weekend from Monday and Friday: on the bench's
 conversation week 93.3 -> 95.7 % of the oracle's harvest), else of the last three days;
-the most that a majority of
-those days needed (the median, the lower one of an even count: of two days, what both
-needed; the upper one held a need seen on one day of two all the next day, on ServeGen 1925
-inference GPU-hours against 1768). Each slot already holds the day's largest need in it,
+the most that a majority of those days needed (the median, the lower one of an even count:
+of two days, what both needed; the upper one held a need seen on one day of two all the
+next day, on ServeGen 1925 inference GPU-hours against 1768). Each slot already holds the
+day's largest need in it,
 so the largest over days as well (the rule before) was a peak of peaks: on the bench's
 coding week it asked 24 % more inference GPU-hours than the oracle at equal attainment.
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from scaler.config import Config, forecast_for
+from scaler.config import Config, InferenceService, forecast_for
 from scaler.core.cycle import CycleState
 from scaler.core.forecast import DAY, History, local_seconds
 from scaler.core.giveback import GiveBack
@@ -223,14 +223,16 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
     )
 
 
-def _history(d: Mapping[str, Any], name: str, cfg: Config, wall_now: float) -> History | None:
+def _history(
+    d: Mapping[str, Any], svc: InferenceService, cfg: Config, wall_now: float
+) -> History | None:
+    name = svc.name
     slot = _num(d.get("slotSeconds"), f"{name}.forecast.slotSeconds", lo=1)
     if slot != cfg.pool.forecast.slotSeconds:
         return None  # the slots do not line up with the configured ones: start over
     tz = d.get("timeZone", "UTC")  # state written before the setting kept UTC days
     if not isinstance(tz, str):
         raise Invalid(f"{name}.forecast.timeZone is not a string: {tz!r}"[:200])
-    svc = next(s for s in cfg.inference if s.name == name)  # restore keeps configured ones
     if tz != forecast_for(cfg.pool.forecast, svc).timeZone:
         return None  # days of another zone do not line up either: start over
     per_day = max(1, round(DAY / slot))
@@ -288,15 +290,16 @@ def _restore(
     policy: dict[str, PolicyState] = {}
     history: dict[str, History] = {}
     services = _map(d.get("services", {}), "services")
-    known = {s.name for s in cfg.inference}
+    configured = {s.name: s for s in cfg.inference}
     for name, entry in services.items():
-        if name not in known:
+        svc = configured.get(name)
+        if svc is None:
             continue  # removed from the config meanwhile
         e = _map(entry, f"services.{name}")
         if "policy" in e and age <= POLICY_MAX_AGE_S:
             policy[name] = _policy(_map(e["policy"], name), name, clock, mono_now)
         if "forecast" in e:
-            h = _history(_map(e["forecast"], f"{name}.forecast"), name, cfg, wall_now)
+            h = _history(_map(e["forecast"], f"{name}.forecast"), svc, cfg, wall_now)
             if h is not None:
                 history[name] = h
     samples = tuple(
