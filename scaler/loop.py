@@ -183,11 +183,15 @@ class ControlLoop:
         for name, decision in result.services.items():
             old = latest.get(name)
             if old is None or old.desired != decision.desired or old.fresh != decision.fresh:
-                log.info(
-                    "desired %s -> %s: %s",
+                # A change made with a backlog no signal reads is logged as a warning: the
+                # config lets the service shrink with requests waiting (explain says why).
+                unread = f"; queue unread: {decision.queue_note}" if decision.queue_note else ""
+                (log.warning if unread else log.info)(
+                    "desired %s -> %s: %s%s",
                     None if old is None else old.desired,
                     decision.desired,
                     decision.reason,
+                    unread,
                     extra={"service": name, "namespace": decision.namespace},
                 )
 

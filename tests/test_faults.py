@@ -536,6 +536,45 @@ async def test_scaler_restarted_mid_run_does_not_scale_down(
         await second.shutdown(running)
 
 
+# -- a config that cannot see the backlog ---------------------------------------------------
+
+SATURATED = vllm_exposition(waiting=10, running=5, kv=0.3, prompt=1000, generation=5000)
+
+
+@pytest.mark.parametrize(
+    ("thresholds", "warned"),
+    [
+        pytest.param({"waitingPerReplica": 0, "runningPerReplica": 8}, True, id="queue-off"),
+        pytest.param({"waitingPerReplica": 5, "runningPerReplica": 8}, False, id="queue-on"),
+    ],
+)
+async def test_a_decision_made_with_an_unread_backlog_is_logged_as_a_warning(
+    targets: Callable[[str], Any],
+    rig_for: Callable[..., Rig],
+    caplog: pytest.LogCaptureFixture,
+    thresholds: dict[str, float],
+    warned: bool,
+) -> None:
+    """Two saturated replicas (5 running, 10 waiting each) and no signal that reads the
+    queue: the concurrency target (8) holds 2 replicas with 20 requests waiting. The log
+    line of that decision is a warning naming the cause; explain shows the same note."""
+    caplog.set_level(logging.INFO, "scaler")
+    a, b = await targets(SATURATED), await targets(SATURATED)
+    rig = rig_for([a.address, b.address], thresholds=thresholds)
+    await rig.cycle(0)
+    chat = rig.chat()
+    logged = [r for r in caplog.records if r.name == "scaler.loop" and "desired" in r.getMessage()]
+    assert logged, [r.getMessage() for r in caplog.records]
+    warnings = [r.getMessage() for r in logged if r.levelno == logging.WARNING]
+    if warned:
+        assert chat.desired == 2, chat.reason
+        assert "runningPerReplica 8" in chat.queue_note
+        assert any("queue unread: 20 request(s) wait" in m for m in warnings), warnings
+    else:
+        assert chat.desired is not None and chat.desired > 2, chat.reason
+        assert chat.queue_note == "" and warnings == []
+
+
 # -- config reloads -----------------------------------------------------------------------
 
 BAD_CONFIGS = [

@@ -749,6 +749,109 @@ def test_decision_carries_hpa_note_when_default_tolerance_swallows_it() -> None:
     assert d.desired == 13 and "12" in d.hpa_note
 
 
+@pytest.mark.parametrize(
+    ("thresholds", "load_kw", "slo", "expected"),
+    [
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 30.0, "running": 20.0},
+            None,
+            ("30 request(s) wait (7.5 per ready replica)", "runningPerReplica 8"),
+            id="concurrency-target-a-full-replica-never-reaches",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "kvCacheUsage": 0.8},
+            {"waiting": 8.0, "running": 20.0},
+            None,
+            ("8 request(s) wait (2 per ready replica)", "waitingPerReplica: 0, no slo"),
+            id="kv-target-only",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 5, "runningPerReplica": 8},
+            {"waiting": 12.0, "running": 20.0},
+            None,
+            (),
+            id="queue-signal-on",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 3.0, "running": 20.0},
+            None,
+            (),
+            id="less-than-one-waiting-per-replica",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 4},
+            {"waiting": 30.0, "running": 20.0},
+            None,
+            (),
+            id="another-signal-raises",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 30.0, "running": 20.0},
+            {"ttftSeconds": 2.5, "attainment": 0.99},
+            (),
+            id="the-objective-sees-the-latency",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 30.0, "running": 20.0, "complete": False, "unhealthy": 1},
+            None,
+            (),
+            id="incomplete-data-holds-without-a-note",
+        ),
+    ],
+)
+def test_explain_names_a_queue_no_signal_reads(
+    thresholds: dict[str, Any],
+    load_kw: dict[str, Any],
+    slo: dict[str, Any] | None,
+    expected: tuple[str, ...],
+) -> None:
+    """With `waitingPerReplica: 0` and a target a full replica never reaches, the service
+    holds (and steps down) with a backlog, correctly per config: explain says so, once a
+    request waits per ready replica and the target does not rise."""
+    svc = make_svc(thresholds=thresholds, **({"slo": slo} if slo else {}))
+    d, _ = decide(svc, make_load(ready=4, **load_kw), settled_at(svc, 4), 5.0)
+    text = format_decision(d)
+    if expected:
+        assert d.desired is not None and d.desired <= 4, d.reason
+        assert "queue unread: " in text
+        for part in expected:
+            assert part in d.queue_note
+    else:
+        assert d.queue_note == "" and "queue unread" not in text
+
+
+def test_the_staircase_descent_carries_the_queue_note_all_the_way() -> None:
+    """The found configuration (a concurrency target of 8, a replica runs 5 when full): the
+    target steps down with 33 requests in the service and a queue waiting, every step
+    named by explain."""
+    svc = make_svc(
+        thresholds={"waitingPerReplica": 0, "runningPerReplica": 8},
+        scale_down={"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 0},
+        minReplicas=0,
+        maxReplicas=7,
+    )
+    state = settled_at(svc, 7)
+    replicas, now, steps, noted = 7, 0.0, [], 0
+    while now < 6 * 310:
+        now += 5.0
+        running = min(33.0, 5.0 * replicas)
+        load = make_load(ready=replicas, running=running, waiting=33.0 - running)
+        d, state = decide(svc, load, state, now)
+        assert d.desired is not None
+        if load.waiting >= replicas:
+            assert "runningPerReplica 8" in d.queue_note, (now, d.reason)
+            noted += 1
+        if d.desired < replicas:
+            steps.append(d.desired)
+        replicas = d.desired
+    # it shrank to the fixed point (2 replicas run 10 of 33) with a queue waiting
+    assert steps == [6, 5, 4, 3, 2] and noted > 200, (steps, noted)
+
+
 # --- explain -------------------------------------------------------------------------
 
 

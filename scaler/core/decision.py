@@ -72,6 +72,9 @@ class ServiceDecision:
     hpa_note: str = ""  # set when the HPA's default 10 % tolerance would swallow this change
     slo: SloStatus | None = None
     forecast_note: str = ""  # pool.forecast on: what it is based on, or why it is not used
+    # Set when requests wait, no signal reads the queue and the target does not rise: a
+    # config that lets the service hold or shrink with a backlog (policy.unread_queue_note).
+    queue_note: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,6 +318,34 @@ def hpa_tolerance_note(
     )
 
 
+def unread_queue_note(svc: InferenceService, load: ServiceLoad, desired: int | None) -> str:
+    """Non-empty when requests wait (at least one per ready replica), no signal reads them
+    (`waitingPerReplica: 0` and no `slo`) and the target does not rise this cycle.
+
+    Correct per config, and easy to miss: with a concurrency (or KV, throughput) target a
+    full replica never reaches, each replica removed lowers what the others run, so the
+    service steps down to a fixed point, one stabilization window per replica, with a queue
+    waiting the whole time (found by the saturating-replicas property test).
+    """
+    th = svc.thresholds
+    if th.waitingPerReplica > 0 or svc.slo is not None or not load.usable:
+        return ""
+    if desired is None or desired > load.current or load.waiting < load.ready:
+        return ""
+    note = (
+        f"{_num(load.waiting)} request(s) wait ({_num(load.waiting / load.ready)} per ready "
+        "replica) and no signal reads the queue (thresholds.waitingPerReplica: 0, no slo)"
+    )
+    running = load.running / load.ready
+    if th.runningPerReplica > running:
+        note += (
+            f"; a replica runs {_num(running)} with requests waiting, below runningPerReplica "
+            f"{_num(th.runningPerReplica)}: the concurrency signal cannot see a full replica "
+            "(set it at or below what one runs when full, e.g. vLLM's --max-num-seqs)"
+        )
+    return note + "; set waitingPerReplica (default 5) or state an slo"
+
+
 def max_tolerance_for_single_steps(max_replicas: int) -> float:
     """Largest HPA tolerance below which every one-replica step up to max_replicas applies.
 
@@ -561,6 +589,7 @@ def _decision(
         recommended=recommended,
         hpa_note=hpa_tolerance_note(desired, load.current),
         slo=slo,
+        queue_note=unread_queue_note(svc, load, desired),
     )
 
 
@@ -679,6 +708,8 @@ def format_decision(d: ServiceDecision) -> str:
         lines.append(f"  forecast: {d.forecast_note}")
     if d.hpa_note:
         lines.append(f"  hpa: {d.hpa_note}")
+    if d.queue_note:
+        lines.append(f"  queue unread: {d.queue_note}")
     return "\n".join(lines)
 
 
