@@ -180,6 +180,28 @@ CASES = [
         {9: [], 12: [{}], 30: []},
     ),
     Case(
+        "backlog-unread-over-half-the-window",
+        "GpuPoolScalerBacklogUnread",
+        [series("gpu_pool_scaler_queue_unread", "0x10 1x40", **CHAT)],
+        # Half of 15 min by ~18 min, then 5 min pending.
+        {15: [], 20: [], 25: [CHAT], 45: [CHAT]},
+    ),
+    Case(
+        "backlog-unread-quiet-while-it-flickers-at-bursts",
+        "GpuPoolScalerBacklogUnread",
+        [series("gpu_pool_scaler_queue_unread", " ".join(["0 0 1"] * 14), **CHAT)],
+        {20: [], 30: [], 40: []},
+    ),
+    Case(
+        "backlog-unread-per-service",
+        "GpuPoolScalerBacklogUnread",
+        [
+            series("gpu_pool_scaler_queue_unread", "0x40", service="chat"),
+            series("gpu_pool_scaler_queue_unread", "1x40", service="embed"),
+        ],
+        {30: [{"service": "embed"}]},
+    ),
+    Case(
         "hpa-ignores-answer",
         "GpuPoolScalerHpaIgnoresAnswer",
         [series("gpu_pool_scaler_hpa_ignoring_answer", "0x5 1x30", **CHAT)],

@@ -1543,6 +1543,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "GpuPoolScalerConfigRejected",
         "GpuPoolScalerHpaIgnoresAnswer",
         "GpuPoolScalerReplicasNotReady",
+        "GpuPoolScalerBacklogUnread",
     }
     selector = f'job="{RELEASE}-gpu-pool-scaler",namespace="{NAMESPACE}"'
     exported = _registry_names()
@@ -1565,6 +1566,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "gpu_pool_scaler_pool_gpus",
         "gpu_pool_scaler_stale_decision_answers_total",
         "gpu_pool_scaler_hpa_ignoring_answer",
+        "gpu_pool_scaler_queue_unread",
     } <= used
     assert alerts["GpuPoolScalerDown"]["expr"] == f"absent(up{{{selector}}} == 1)"
     # Starved: headroom fits the smallest research Job (monitoring: eval, 1 GPU).

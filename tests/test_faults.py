@@ -570,9 +570,11 @@ async def test_a_decision_made_with_an_unread_backlog_is_logged_as_a_warning(
         assert chat.desired == 2, chat.reason
         assert "runningPerReplica 8" in chat.queue_note
         assert any("queue unread: 20 request(s) wait" in m for m in warnings), warnings
+        assert rig.sample("queue_unread", service="chat") == 1.0
     else:
         assert chat.desired is not None and chat.desired > 2, chat.reason
         assert chat.queue_note == "" and warnings == []
+        assert rig.sample("queue_unread", service="chat") == 0.0
 
 
 # -- config reloads -----------------------------------------------------------------------

@@ -36,6 +36,10 @@ def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
     assert f["gpu_pool_scaler_pool_gpus"][("research",)] == 5
     assert f["gpu_pool_scaler_capacity_known"] == {(): 1}
     assert f["gpu_pool_scaler_last_cycle_timestamp_seconds"] == {(): 1001.0}
+    assert f["gpu_pool_scaler_queue_unread"] == {("chat",): 0, ("code",): 0}
+    unread = replace(chat, queue_note="20 request(s) wait (10 per ready replica) ...")
+    snapshots.publish(decision(1, unread, eval_slots=5))
+    assert families(m)["gpu_pool_scaler_queue_unread"] == {("chat",): 1, ("code",): 0}
     assert "gpu_pool_scaler_research_give_back_seconds" not in f  # the snapshot plans none
 
     # A cycle that planned the give-back it measured (core.giveback), then the grace alone.

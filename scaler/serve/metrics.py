@@ -122,7 +122,15 @@ class DecisionCollector(Collector):
         sig_replicas = fam(
             "signal_replicas", "Replicas each policy signal asks for.", ("service", "signal")
         )
+        unread = fam(
+            "queue_unread",
+            "1 while the service holds or scales down with at least one request waiting per "
+            "ready replica and no signal reading the queue (waitingPerReplica 0, no slo): "
+            "explain's 'queue unread' line.",
+            ("service",),
+        )
         for name, sd in d.services.items():
+            unread.add_metric([name], 1 if sd.queue_note else 0)
             if sd.desired is not None:
                 desired.add_metric([name], sd.desired)
             current.add_metric([name], sd.current)
@@ -170,7 +178,7 @@ class DecisionCollector(Collector):
         last = fam("last_cycle_timestamp_seconds", "Unix time of the last cycle.")
         if d.seq > 0:
             last.add_metric([], d.wall_time)
-        yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas)
+        yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas, unread)
         room = fam(
             "replica_room",
             "Replicas of each service that would bind now without preempting (its GPUs free "
