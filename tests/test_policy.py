@@ -801,6 +801,20 @@ def test_decision_carries_hpa_note_when_default_tolerance_swallows_it() -> None:
             (),
             id="incomplete-data-holds-without-a-note",
         ),
+        pytest.param(  # found by `make fuzz`: the note formatted NaN and crashed `decide`
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": float("nan"), "running": 20.0},
+            None,
+            (),
+            id="garbage-holds-without-a-note",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 30.0, "running": float("inf")},
+            None,
+            (),
+            id="infinite-running-holds-without-a-note",
+        ),
     ],
 )
 def test_explain_names_a_queue_no_signal_reads(

@@ -328,8 +328,8 @@ def unread_queue_note(svc: InferenceService, load: ServiceLoad, desired: int | N
     waiting the whole time (found by the saturating-replicas property test).
     """
     th = svc.thresholds
-    if th.waitingPerReplica > 0 or svc.slo is not None or not load.usable:
-        return ""
+    if th.waitingPerReplica > 0 or svc.slo is not None or not load.usable or _garbage(load):
+        return ""  # garbage (NaN, inf, negative) is held and named by the hold, not here
     if desired is None or desired > load.current or load.waiting < load.ready:
         return ""
     note = (
