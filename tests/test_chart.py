@@ -1026,6 +1026,41 @@ def test_state_configmap_name_is_checked_by_the_schema(helm: Helm, tmp_path: Pat
     assert "configMapName" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("zone", "ok"),
+    [
+        pytest.param("America/Argentina/Buenos_Aires", True, id="three-parts"),
+        pytest.param("Etc/GMT+5", True, id="etc-offset"),
+        pytest.param("America/Port-au-Prince", True, id="hyphens"),
+        pytest.param("EST5EDT", True, id="one-part"),
+        pytest.param("America/New York", False, id="space"),
+        pytest.param("Europe/", False, id="trailing-slash"),
+        pytest.param("../etc/passwd", False, id="dots"),
+    ],
+)
+@pytest.mark.parametrize("where", ["pool", "service"])
+def test_time_zone_names_are_checked_at_helm_time(
+    helm: Helm, tmp_path: Path, zone: str, ok: bool, where: str
+) -> None:
+    """The schema refuses what no IANA name looks like (a typo'd space, a path); a name of
+    the right shape that tzdata does not know ("Mars/Olympus") is refused by the scaler at
+    start, or kept out on reload (test_config.py)."""
+    key = "pool.forecast.timeZone" if where == "pool" else "inference[0].calendar.timeZone"
+    proc = helm.template(
+        CHART / "ci" / "minimal-values.yaml", extra=("--set-string", f"{key}={zone}")
+    )
+    if not ok:
+        assert proc.returncode != 0 and "timeZone" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    cfg = loaded_config([d for d in yaml.safe_load_all(proc.stdout) if d], tmp_path)
+    if where == "pool":
+        assert cfg.pool.forecast.timeZone == zone
+    else:
+        cal = cfg.inference[0].calendar
+        assert cal is not None and cal.timeZone == zone
+
+
 def test_set_flags_render_like_values_files(helm: Helm, tmp_path: Path) -> None:
     """--set yields int64 where -f yields float64: templates must handle both."""
     proc = helm.template(
