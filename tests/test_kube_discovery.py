@@ -183,7 +183,12 @@ def test_pods_by_label_selector_follow_the_watch(
     api.put("pods", make_pod("elsewhere", namespace="prod", labels=LABELS, ip="10.0.0.8"))
     svc = _svc(labelSelector="app=vllm-chat", port=8000)
 
-    assert discovery.endpoints(svc) is None  # before the first list: unknown, not empty
+    # Before the first list: unknown, not empty. The list is held back (a 503) so that the
+    # watch thread cannot finish it between starting and the answer (it did, once, on a
+    # busy machine: the assertion raced the thread).
+    api.fail(503, resources=("pods",))
+    assert discovery.endpoints(svc) is None
+    api.heal()
     _eventually(discovery, svc, [Endpoint("10.0.0.1:8000", S), Endpoint("serving/b", ST)])
 
     api.wait_for(lambda: api.open_watches("pods") == 1, what="watch open")
