@@ -490,7 +490,24 @@ def test_slower_first_tokens_never_lower_the_target(
         assert b.desired is not None and b.desired >= a.desired
 
 
+# Found by `make fuzz` (FUZZ_SCALE=60): the bin that held at the learned capacity faded
+# (24-h half-life) while the only misses were far above it; the reading fell one bin and the
+# target went 11 -> 12 replicas 3.4 h into the constant load, in the horizon's last minute.
+_FADING = InferenceService.model_validate(
+    {
+        "name": "svc",
+        "gpusPerReplica": 1,
+        "minReplicas": 0,
+        "maxReplicas": 23,
+        "targets": {"static": ["127.0.0.1:8000"]},
+        "scaleUp": {"maxStepReplicas": 1},
+        "scaleDown": {"stabilizationSeconds": 300, "maxStepReplicas": 2, "stepSeconds": 0},
+    }
+)
+
+
 @SIM_PROFILE
+@example(_FADING, 1.1015625, 0.5, 16, 60)
 @given(
     svc=services(),
     rps=st.floats(0.5, 40),  # constant demand, requests/s

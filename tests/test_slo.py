@@ -489,6 +489,19 @@ RAISED: dict[str, tuple[tuple[tuple[int, float, float], ...], float | None, floa
     "held-above-the-reading-raises-it": (((b(0.9), 1000.0, 1000.0),), 0.5, bin_edge(b(0.9))),
     # Held only below the reading: it stays (never lowered for lack of evidence).
     "held-below-the-reading-keeps-it": (((b(0.3), 1000.0, 1000.0),), 0.5, 0.5),
+    # The bin that held at the reading fades below `minRequests` (decay) while misses stay
+    # only above it: lack of evidence, the reading stays (it used to fall to the bin below).
+    "a-held-bin-fading-does-not-lower-it": (
+        ((b(0.3), 1000.0, 1000.0), (b(0.5), 15.0, 15.0), (b(0.9), 50.0, 100.0)),
+        bin_edge(b(0.5)),
+        bin_edge(b(0.5)),
+    ),
+    # A miss at the reading's own load: lowered to the bin below that held.
+    "a-miss-at-the-readings-load-lowers-it": (
+        ((b(0.3), 1000.0, 1000.0), (b(0.5), 80.0, 100.0)),
+        bin_edge(b(0.5)),
+        bin_edge(b(0.3)),
+    ),
     # A bin still fails: the reading is that bin's, as before.
     "a-failing-bin-still-decides": (
         ((b(0.3), 1000.0, 1000.0), (b(0.9), 900.0, 1000.0)),
