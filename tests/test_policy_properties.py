@@ -333,17 +333,26 @@ def test_constant_load_settles_without_oscillation(
 # Found by a 2,500-example run: no queue signal, a concurrency target (8) above what the
 # engine runs (5): each replica removed lowers `running`, the ask falls one more, and the
 # descent to the fixed point (2) took a window per replica, past the old horizon.
-_STAIRCASE = InferenceService.model_validate(
-    {
-        "name": "svc",
-        "gpusPerReplica": 1,
-        "minReplicas": 0,
-        "maxReplicas": 7,
-        "targets": {"static": ["127.0.0.1:8000"]},
-        "thresholds": {"waitingPerReplica": 0, "runningPerReplica": 8},
-        "scaleDown": {"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 0},
-    }
-)
+def _found(max_replicas: int, step_down: int, **kw: Any) -> InferenceService:
+    """A service a fuzz run found a counterexample with (pinned with @example)."""
+    return InferenceService.model_validate(
+        {
+            "name": "svc",
+            "gpusPerReplica": 1,
+            "minReplicas": 0,
+            "maxReplicas": max_replicas,
+            "targets": {"static": ["127.0.0.1:8000"]},
+            "scaleDown": {
+                "stabilizationSeconds": 300,
+                "maxStepReplicas": step_down,
+                "stepSeconds": 0,
+            },
+            **kw,
+        }
+    )
+
+
+_STAIRCASE = _found(7, 1, thresholds={"waitingPerReplica": 0, "runningPerReplica": 8})
 
 
 @SIM_PROFILE
@@ -493,17 +502,7 @@ def test_slower_first_tokens_never_lower_the_target(
 # Found by `make fuzz` (FUZZ_SCALE=60): the bin that held at the learned capacity faded
 # (24-h half-life) while the only misses were far above it; the reading fell one bin and the
 # target went 11 -> 12 replicas 3.4 h into the constant load, in the horizon's last minute.
-_FADING = InferenceService.model_validate(
-    {
-        "name": "svc",
-        "gpusPerReplica": 1,
-        "minReplicas": 0,
-        "maxReplicas": 23,
-        "targets": {"static": ["127.0.0.1:8000"]},
-        "scaleUp": {"maxStepReplicas": 1},
-        "scaleDown": {"stabilizationSeconds": 300, "maxStepReplicas": 2, "stepSeconds": 0},
-    }
-)
+_FADING = _found(23, 2, scaleUp={"maxStepReplicas": 1})
 
 
 @SIM_PROFILE
