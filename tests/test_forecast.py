@@ -417,11 +417,11 @@ def test_research_gate_holds_back_gpus_a_recent_burst_used() -> None:
     h = record(h, FC, now, 8)  # now: 8
     assert predict(h, c.pool.forecast, now, 1800).replicas is None  # (history too short)
     c = c.model_copy(update={"pool": c.pool.model_copy(update={"forecast": FC})})
-    got = _withhold(c, {"chat": decision(8)}, {"chat": h}, now)
+    got = _withhold(c, {"chat": decision(8)}, {"chat": h}, {"chat": FC}, now)
     # pretrain (30 min): the 12 of 20 min ago -> 4 replicas x 4 GPUs held back; finetune
     # (20 min): the same slot is still inside its span; eval (no interval): no gate.
     assert got == {"pretrain": 16, "finetune": 16}
-    assert _withhold(c, {"chat": decision(8)}, {"chat": h}, now + 2400) == {
+    assert _withhold(c, {"chat": decision(8)}, {"chat": h}, {"chat": FC}, now + 2400) == {
         "pretrain": 0,
         "finetune": 0,
     }
@@ -430,7 +430,7 @@ def test_research_gate_holds_back_gpus_a_recent_burst_used() -> None:
     # 180 GPU-hours of research); 11 counts.
     for peak, gpus in ((9, 0), (10, 0), (11, 12)):
         h2 = record(record(None, FC, now - 1200, peak), FC, now, 8)
-        got = _withhold(c, {"chat": decision(8)}, {"chat": h2}, now)
+        got = _withhold(c, {"chat": decision(8)}, {"chat": h2}, {"chat": FC}, now)
         assert got == {"pretrain": gpus, "finetune": gpus}, peak
 
 

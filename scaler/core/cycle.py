@@ -70,13 +70,16 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     deleting = None if inp.capacity is None else inp.capacity.research_deleting
     give_back = giveback.observe(prev.give_back, deleting, inp.wall_time, cfg.pool.giveBack.samples)
     plan = giveback.planned(give_back, cfg.pool)
+    # The pool's forecast settings in each service's calendar, once per cycle (prediction,
+    # recording and research withholding all read them).
+    settings = {svc.name: forecast_for(fc, svc) for svc in cfg.inference}
     for svc in cfg.inference:
         load = aggregate(svc.name, inp.targets.get(svc.name), now, cfg.scrape.staleAfterSeconds)
         hist = prev.forecast.get(svc.name)
         ahead = None
         note = ""
         cal = inp.calendar if fc.enabled and svc.forecast else None  # None: reactive only
-        sfc = forecast_for(fc, svc)  # the pool's settings in the service's calendar
+        sfc = settings[svc.name]
         if fc.enabled and not svc.forecast:
             note = "off for this service (forecast: false): reactive only"
         lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
@@ -128,7 +131,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         inp.capacity,
         reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds)),
         ready_for_research=ready,
-        withhold=_withhold(cfg, services, history, inp.calendar),
+        withhold=_withhold(cfg, services, history, settings, inp.calendar),
     )
     seq = prev.seq + 1
     decision = Decision(
@@ -231,6 +234,7 @@ def _withhold(
     cfg: Config,
     services: Mapping[str, ServiceDecision],
     history: Mapping[str, History],
+    settings: Mapping[str, Forecast],
     calendar: float | None,
 ) -> dict[str, int]:
     """Per research class: GPUs inference is predicted to need, beyond what it holds or asks
@@ -241,7 +245,6 @@ def _withhold(
     out: dict[str, int] = {}
     if not fc.enabled or calendar is None:
         return out
-    per_svc = {svc.name: forecast_for(fc, svc) for svc in cfg.inference}  # once, not per class
     for c in cfg.research:
         if c.checkpointIntervalSeconds <= 0:
             continue
@@ -254,7 +257,7 @@ def _withhold(
             span = c.checkpointIntervalSeconds
             # What the history predicts over the interval, and what inference needed over
             # the last one (the persistence forecast: it also covers the reactive fallback).
-            wants = [forecast.predict(h, per_svc[svc.name], calendar, span).replicas]
+            wants = [forecast.predict(h, settings[svc.name], calendar, span).replicas]
             wants.append(forecast.recent_peak(h, calendar, span))
             known = [x for x in wants if x is not None]
             if not known:
