@@ -35,6 +35,7 @@ from scaler.core.slo import (
     learn,
     measure,
     observe,
+    scale_down_missed,
     verdict,
 )
 from scaler.core.tracker import TargetTracker
@@ -530,6 +531,104 @@ def test_loads_that_held_make_no_reading_before_a_miss() -> None:
     now = w[-1].t
     prev = Learned(bins=((b(0.9), 1000.0, 1000.0),), binned_at=now)
     assert learn(svc, make_load(None, None), w, prev, None, now).capacity_rps is None
+
+
+def seg(n: int, good: float, rps: float, ready: int, t0: float) -> tuple[SloEntry, ...]:
+    """n cycles of 100 requests, `good` of them within the objective."""
+    return entries(n, good, 100, rps, ready, t0)
+
+
+HELD = seg(8, 100, 42.0, 20, 0.0)  # 20 replicas at 2.1 req/s each, all within
+# Window (oldest first) -> (held, missed) per-replica req/s, or None. The objective is 99 %
+# (min_requests 100).
+SCALE_DOWN_MISSED: dict[str, tuple[tuple[SloEntry, ...], tuple[float, float] | None]] = {
+    "a-scale-down-that-missed-at-the-same-demand": (
+        (*HELD, *seg(4, 93, 42.0, 19, 40.0)),
+        (2.1, 42.0 / 19),
+    ),
+    "demand-within-a-bins-width-still-counts": (
+        (*HELD, *seg(4, 93, 44.0, 19, 40.0)),
+        (2.1, 44.0 / 19),
+    ),
+    "demand-rose-past-a-bin-a-bursts-miss": ((*HELD, *seg(4, 93, 47.0, 19, 40.0)), None),
+    "the-scale-down-met-the-objective": ((*HELD, *seg(4, 100, 42.0, 19, 40.0)), None),
+    "no-scale-down-in-the-window": (seg(12, 93, 42.0, 20, 0.0), None),
+    "a-scale-up-that-missed": ((*seg(8, 100, 42.0, 19, 0.0), *seg(4, 93, 42.0, 20, 40.0)), None),
+    "the-count-before-missed-too": (
+        (*seg(8, 98, 42.0, 20, 0.0), *seg(4, 93, 42.0, 19, 40.0)),
+        None,
+    ),
+    "too-few-requests-before": (
+        (*entries(1, 50, 50, 42.0, 20, 0.0), *seg(4, 93, 42.0, 19, 40.0)),
+        None,
+    ),
+    # 10 requests since, 1 miss: what 99 % allows in 100 requests, not a miss yet ...
+    "one-miss-in-ten-proves-nothing": (
+        (*HELD, *entries(1, 9, 10, 42.0, 19, 40.0)),
+        None,
+    ),
+    # ... 2 misses in 10 already exceed it (a clear miss at low traffic).
+    "two-misses-in-ten-is-a-clear-miss": (
+        (*HELD, *entries(1, 8, 10, 42.0, 19, 40.0)),
+        (2.1, 42.0 / 19),
+    ),
+    # Only the last two counts compare: 21 missed (an old probe), 20 held, 19 missed.
+    "the-last-two-counts": (
+        (*seg(4, 90, 42.0, 21, 0.0), *seg(8, 100, 42.0, 20, 20.0), *seg(4, 93, 42.0, 19, 60.0)),
+        (2.1, 42.0 / 19),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"), SCALE_DOWN_MISSED.values(), ids=SCALE_DOWN_MISSED.keys()
+)
+def test_a_scale_down_that_missed_brackets_the_capacity(
+    window: tuple[SloEntry, ...], expected: tuple[float, float] | None
+) -> None:
+    slo = make_svc().slo
+    assert slo is not None
+    got = scale_down_missed(slo, window)
+    assert got == (None if expected is None else pytest.approx(expected))
+
+
+MISSED = (*HELD, *seg(4, 93, 42.0, 19, 40.0))  # 20 held at 2.1, 19 missed at 2.21 (one bin)
+# (bins, capacity read before) -> capacity after this cycle (window MISSED).
+PAIRED: dict[str, tuple[tuple[tuple[int, float, float], ...], float | None, float | None]] = {
+    # Both loads in one bin whose pooled attainment holds: no bin fails, nothing was
+    # known; the scale-down's miss reads the load that held.
+    "nothing-known-reads-the-load-that-held": (((b(2.1), 1300.0, 1300.0),), None, 2.1),
+    # A reading that allows the load that missed is lowered to the load that held ...
+    "a-reading-allowing-the-miss-is-lowered": (((b(2.1), 1300.0, 1300.0),), 2.3, 2.1),
+    # ... one below it is not (raised to the bin that held as before: its lower edge, 2.05,
+    # still asks for 21 replicas).
+    "a-lower-reading-is-not-lowered": (
+        ((b(2.1), 1300.0, 1300.0),),
+        1.8,
+        bin_edge(b(2.1)),
+    ),
+    # A failing bin decides as before when its reading is below the load that missed.
+    "a-failing-bin-below-decides": (
+        ((b(1.0), 1000.0, 1000.0), (b(1.5), 800.0, 1000.0), (b(2.1), 1300.0, 1300.0)),
+        None,
+        bin_edge(b(1.0)),
+    ),
+}
+
+
+@pytest.mark.parametrize(("bins", "before", "expected"), PAIRED.values(), ids=PAIRED.keys())
+def test_learn_reads_a_scale_down_that_missed(
+    bins: tuple[tuple[int, float, float], ...], before: float | None, expected: float | None
+) -> None:
+    svc = make_svc()
+    now = MISSED[-1].t
+    prev = Learned(capacity_rps=before, changed_at=0.0, bins=bins, binned_at=now)
+    got = learn(svc, make_load(None, None, ready=19), MISSED, prev, None, now)
+    assert got.capacity_rps == (None if expected is None else pytest.approx(expected))
+    # Once the scale-down is out of the window, the reading stays (nothing fails above it).
+    later = seg(12, 100, 42.0, 20, now + 5.0)
+    kept = learn(svc, make_load(None, None, ready=20), later, got, None, later[-1].t)
+    assert kept.capacity_rps == got.capacity_rps
 
 
 # --- through decide -------------------------------------------------------------------
