@@ -607,11 +607,18 @@ PAIRED: dict[str, tuple[tuple[tuple[int, float, float], ...], float | None, floa
         1.8,
         bin_edge(b(2.1)),
     ),
-    # A failing bin decides as before when its reading is below the load that missed.
+    # A failing bin decides as before, below the load that missed ...
     "a-failing-bin-below-decides": (
         ((b(1.0), 1000.0, 1000.0), (b(1.5), 800.0, 1000.0), (b(2.1), 1300.0, 1300.0)),
         None,
         bin_edge(b(1.0)),
+    ),
+    # ... and above it (a bin above held: the bins read 2.25 and the scale-down is ignored;
+    # applied there too it cost the coding week 2 points of harvest).
+    "a-failing-bin-above-decides": (
+        ((b(2.1), 1300.0, 1300.0), (b(2.3), 1000.0, 1000.0), (b(2.8), 800.0, 1000.0)),
+        None,
+        bin_edge(b(2.3)),
     ),
 }
 

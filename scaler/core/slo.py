@@ -22,9 +22,10 @@ requests, the request rate and the ready replicas. The policy keeps the entries 
   coding trace and over-provisioned for hours. Unknown until some load bin fails (or a
   scale-down misses, below): before that the existing signals alone size the service.
   Once read, it is raised when no bin fails any more and the objective held at a higher
-  load, and lowered only by a miss at a load it allows (see `learn`). A scale-down that
-  missed at the same demand (`scale_down_missed`) caps the reading at the load that held
-  before it: the bins pool n and n - 1 replicas' loads when they are under 10 % apart;
+  load, and lowered only by a miss at a load it allows (see `learn`). While no bin fails,
+  a scale-down that missed at the same demand (`scale_down_missed`) caps the reading at
+  the load that held before it: the bins pool n and n - 1 replicas' loads when they are
+  under 10 % apart;
 * the slo signal asks ceil(request rate over the window / capacity); on a breach at least
   one replica more than exist, unless replicas are already starting: then it holds what
   exists. Requests served before the last raise could take effect (raise +
@@ -376,9 +377,11 @@ def learn(
         cap = max(prev.capacity_rps, held_up_to(slo, bins) or 0.0)
     elif _faded_below(cap, failing, prev.capacity_rps):
         cap = prev.capacity_rps
-    # A scale-down that missed at the same demand: a reading that allows the load that
-    # missed (or none) is at most the load that held before it (`scale_down_missed`).
-    pair = scale_down_missed(slo, window)
+    # No bin fails, and a scale-down missed at the same demand: a reading that allows the
+    # load that missed (or none) is at most the load that held before it
+    # (`scale_down_missed`). While a bin fails the bins decide: applied then too, the
+    # pairs a burst forms on the coding week cost 2 points of harvest (83.1 % vs 85.0 %).
+    pair = scale_down_missed(slo, window) if failing is None else None
     if pair is not None and (cap is None or cap >= pair[1] * (1 - _EPS)):
         cap = pair[0]
     changed = prev.changed_at if cap == prev.capacity_rps else now
