@@ -15,7 +15,13 @@ from scaler.sim.engine import (
     PolicyResult,
     simulate_policy,
 )
-from scaler.sim.report import misses_by_replicas, oracle_at, policy_metrics, write
+from scaler.sim.report import (
+    misses_by_replicas,
+    oracle_at,
+    policy_metrics,
+    share_bound,
+    write,
+)
 from scaler.sim.scenario import Calibration, Scenario, ScenarioRun, make_policies, pool_config
 from scaler.sim.workload import RateCurve, make_workload
 
@@ -59,6 +65,7 @@ KEYS = {
     "oracle_share",
     "oracle_harvest_at_equal_attainment_gpu_hours",
     "share_of_oracle_at_equal_attainment",
+    "share_of_oracle_at_equal_attainment_bound",
     "lost_gpu_hours",
     "idle_gpu_hours",
     "idle_while_research_pending_gpu_hours",
@@ -194,6 +201,27 @@ def test_oracle_harvest_at_equal_attainment(
     assert oracle_at((att, env), at) == pytest.approx(want)
 
 
+# (oracle attainments swept, a policy's attainment) -> whether its share is a bound.
+BOUND_CASES = [
+    ("inside-the-sweep", [0.95, 0.99], 0.97, None),
+    ("at-either-end-is-inside", [0.95, 0.99], 0.99, None),
+    ("above-the-best-oracle-a-lower-bound", [0.95, 0.99], 0.995, "lower"),
+    ("below-the-worst-oracle-an-upper-bound", [0.95, 0.99], 0.90, "upper"),
+    ("no-oracle-run", [], 0.97, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("swept", "at", "want"),
+    [pytest.param(sw, a, w, id=i) for i, sw, a, w in BOUND_CASES],
+)
+def test_a_share_outside_the_oracle_sweep_is_marked_a_bound(
+    swept: list[float], at: float, want: str | None
+) -> None:
+    att = np.asarray(swept)
+    assert share_bound((att, np.linspace(100.0, 80.0, att.size)), at) == want
+
+
 def test_oracle_frontier_from_a_run_is_non_increasing() -> None:
     from scaler.sim.report import oracle_frontier
 
@@ -229,3 +257,20 @@ def test_attainment_as_vllms_histogram_reads_it(ttft: list[float], slo: float, w
     res.ttft = np.asarray(ttft)
     res.arrival = np.zeros(len(ttft))
     assert histogram_attainment(res, slo) == pytest.approx(want)
+
+
+def test_the_report_marks_a_share_outside_the_oracle_sweep(tmp_path: Path) -> None:
+    """A policy below every oracle attainment gets its share as an upper bound ("≤ "); the
+    oracle itself, on its own frontier, as a number."""
+    results = {n: run(n) for n in ("ours", "oracle")}
+    results["ours"].ttft = np.full_like(results["ours"].ttft, 60.0)  # every request missed
+    sr = ScenarioRun(SCN, CAL, 4.0, 12345, results, 4, pool_config(SCN, CAL))
+    data = write(sr, tmp_path, "python -m bench.simulate --x", "test machine")
+    ours, oracle = data["policies"]["ours"], data["policies"]["oracle"]
+    assert ours["share_of_oracle_at_equal_attainment_bound"] == "upper"
+    assert oracle["share_of_oracle_at_equal_attainment_bound"] is None
+    rows = {ln.split(" | ")[0]: ln for ln in (tmp_path / "report.md").read_text().splitlines()}
+    share = ours["share_of_oracle_at_equal_attainment"]
+    assert f"| ≤ {share:.1%} |" in rows["| ours"]
+    assert f"| {oracle['share_of_oracle_at_equal_attainment']:.1%} |" in rows["| oracle"]
+    assert "≤" not in rows["| oracle"] and "≥" not in rows["| oracle"]

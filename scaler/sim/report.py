@@ -123,6 +123,17 @@ def oracle_at(frontier: tuple[np.ndarray, np.ndarray], a: float) -> float:
     return float(np.interp(a, att, env))
 
 
+def share_bound(frontier: tuple[np.ndarray, np.ndarray], a: float) -> str | None:
+    """Whether a share read off the frontier at attainment `a` is a bound, not a number:
+    "lower" above the best oracle attainment (the clamped oracle harvest is too high),
+    "upper" below the lowest (too low), None inside it or without an oracle. Two shares
+    quoted as numbers were such bounds (coding `--seed 2`, ServeGen `--seed 3`, docs/bench.md)."""
+    att, _ = frontier
+    if att.size == 0 or att[0] <= a <= att[-1]:
+        return None
+    return "lower" if a > att[-1] else "upper"
+
+
 def histogram_attainment(r: PolicyResult, slo_s: float) -> float:
     """The attainment the scaler reads off vLLM's TTFT histogram (interpolated when `slo_s`
     is not a bucket bound): how far its measurement is from the truth above."""
@@ -132,6 +143,9 @@ def histogram_attainment(r: PolicyResult, slo_s: float) -> float:
     s = np.sort(decided)
     b = tuple((le, float(np.searchsorted(s, le, side="right"))) for le in TTFT_BOUNDS)
     return histogram.within(b, slo_s) / decided.size
+
+
+_BOUND_MARK = {None: "", "lower": "≥ ", "upper": "≤ "}
 
 
 def policy_metrics(
@@ -153,6 +167,9 @@ def policy_metrics(
         # The oracle's harvest at this policy's attainment (its headroom frontier).
         "oracle_harvest_at_equal_attainment_gpu_hours": at_equal,
         "share_of_oracle_at_equal_attainment": h / at_equal if at_equal > 0 else 0.0,
+        # "lower" / "upper": this policy's attainment lies outside the oracle's sweep and
+        # the share is a bound (`share_bound`); None: a number.
+        "share_of_oracle_at_equal_attainment_bound": share_bound(frontier, att),
         "lost_gpu_hours": r.ledger.lost_gpu_s / 3600.0,
         # GPU-hours no pod held; of them, while a created research pod waited for a node
         # with room (placement: the free GPUs were in pieces too small for it).
@@ -237,7 +254,9 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         "measured). Oracle headrooms (demand × h): "
         + ", ".join(f"{h:g}" for h in s["oracle_headrooms"])
         + '; "at equal attainment" reads the oracle\'s harvest off that frontier at the '
-        "policy's own attainment.",
+        "policy's own attainment (≥ / ≤: the attainment lies above / below the swept ones, "
+        "the oracle's harvest there is clamped to the nearest end and the share is a bound; "
+        "`--oracle-headrooms` extends the sweep).",
         "",
         "| policy | requests served | TTFT p50 (s) | TTFT p99 (s) | within SLO "
         f"({slo:g} s) | as vLLM's histogram reads it | queue p99 (s) | inference GPU-h "
@@ -256,7 +275,8 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
             f"| {m['slo_attainment']:.2%} | {m['slo_attainment_as_histogram_reads_it']:.2%} "
             f"| {m['queue_p99_s']:.2f} "
             f"| {m['inference_gpu_hours']:.1f} | {h:.1f} | {m['oracle_share']:.1%} "
-            f"| {m['share_of_oracle_at_equal_attainment']:.1%} "
+            f"| {_BOUND_MARK[m['share_of_oracle_at_equal_attainment_bound']]}"
+            f"{m['share_of_oracle_at_equal_attainment']:.1%} "
             f"| {m['lost_gpu_hours']:.1f} ({lost_pct}) | {m['preemptions']} "
             f"| {m['replica_changes']} "
             f"| {m['idle_gpu_hours']:.1f} ({m['idle_while_research_pending_gpu_hours']:.1f}) |"
