@@ -334,7 +334,10 @@ def test_constant_load_settles_without_oscillation(
 # engine runs (5): each replica removed lowers `running`, the ask falls one more, and the
 # descent to the fixed point (2) took a window per replica, past the old horizon.
 def _found(max_replicas: int, step_down: int, **kw: Any) -> InferenceService:
-    """A service a fuzz run found a counterexample with (pinned with @example)."""
+    """A service a fuzz run found a counterexample with (pinned with @example); a
+    `scaleDown` in `kw` overrides single keys of the default one."""
+    scale_down = {"stabilizationSeconds": 300, "maxStepReplicas": step_down, "stepSeconds": 0}
+    scale_down.update(kw.pop("scaleDown", {}))
     return InferenceService.model_validate(
         {
             "name": "svc",
@@ -342,11 +345,7 @@ def _found(max_replicas: int, step_down: int, **kw: Any) -> InferenceService:
             "minReplicas": 0,
             "maxReplicas": max_replicas,
             "targets": {"static": ["127.0.0.1:8000"]},
-            "scaleDown": {
-                "stabilizationSeconds": 300,
-                "maxStepReplicas": step_down,
-                "stepSeconds": 0,
-            },
+            "scaleDown": scale_down,
             **kw,
         }
     )
@@ -508,10 +507,7 @@ _FADING = _found(23, 2, scaleUp={"maxStepReplicas": 1})
 # at 2.69 (93 %) fall in one load bin whose pooled attainment stayed just above 0.95: no
 # bin failed, nothing was learned, and the target went 14 -> 13 -> 14 234 times in 3.7 h.
 _BIN_EDGE = _found(
-    14,
-    1,
-    coldStartSeconds=0,
-    scaleDown={"stabilizationSeconds": 15, "maxStepReplicas": 1, "stepSeconds": 60},
+    14, 1, coldStartSeconds=0, scaleDown={"stabilizationSeconds": 15, "stepSeconds": 60}
 )
 
 

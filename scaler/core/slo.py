@@ -304,13 +304,14 @@ def scale_down_missed(slo: Slo, window: tuple[SloEntry, ...]) -> tuple[float, fl
     j = i
     while j > 0 and window[j - 1].ready == m:
         j -= 1
-    hi, lo = window[j:i], window[i:]
-    g_hi, t_hi = sum(e.good for e in hi), sum(e.total for e in hi)
-    if t_hi < slo.min_requests or g_hi / t_hi < slo.attainment - _EPS:
+    held, since = measure(window[j:i], slo.min_requests), measure(window[i:], 0)
+    if held.attainment is None or held.attainment < slo.attainment - _EPS:
         return None
-    if not _misses(slo, sum(e.good for e in lo), sum(e.total for e in lo)):
+    if since.attainment is None or not _misses(
+        slo, since.attainment * since.requests, since.requests
+    ):
         return None
-    r_hi, r_lo = measure(hi, 0).rps, measure(lo, 0).rps
+    r_hi, r_lo = held.rps, since.rps
     if r_hi is None or r_lo is None or r_hi <= 0 or r_lo > r_hi * BIN_RATIO:
         return None
     return r_hi / m, r_lo / n
