@@ -120,6 +120,9 @@ def test_restored_memory_decides_like_the_uninterrupted_one(min_swing: float) ->
         assert any(d.services["chat"].decided_by == "forecast" for d in after)
     assert any(d.services["chat"].decided_by == "stabilization" for d in after)
     assert restored.policy["chat"].learned.capacity_rps is not None
+    # Where the capacity was read comes back with it (explain shows it).
+    source = restored.policy["chat"].learned.source
+    assert source is not None and source == st.policy["chat"].learned.source
     assert not restored.had_complete_cycle  # research still waits for fresh data
 
 
@@ -186,6 +189,19 @@ IGNORED = {
         saved(services__chat__policy__learned__bins=[[10, 5.0, 1.0]]),
         "bins[0] is out of range",
     ),
+    "capacity-source-not-a-string": (
+        saved(services__chat__policy__learned__source=12),
+        "learned.source is not a printable string",
+    ),
+    # explain prints it to a terminal: no escape sequences from a document.
+    "capacity-source-with-an-escape": (
+        saved(services__chat__policy__learned__source="\x1b[2Jload bin"),
+        "learned.source is not a printable string",
+    ),
+    "capacity-source-too-long": (
+        saved(services__chat__policy__learned__source="x" * 501),
+        "learned.source is not a printable string of at most 500",
+    ),
 }
 
 
@@ -205,6 +221,16 @@ def test_keys_of_earlier_versions_are_ignored() -> None:
     assert st is not None, line
     want, _ = memory.restore(saved(), config(), 100.0, EPOCH + 60.0 * 30)
     assert want is not None and st.policy["chat"] == want.policy["chat"]
+
+
+def test_a_capacity_saved_without_its_source_restores_without_one() -> None:
+    """State written before the source was kept: the capacity restores, its source unknown."""
+    doc = json.loads(saved(services__chat__policy__learned__capacityRps=2.5))
+    del doc["services"]["chat"]["policy"]["learned"]["source"]
+    st, line = memory.restore(json.dumps(doc), config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is not None, line
+    got = st.policy["chat"].learned
+    assert got.capacity_rps == 2.5 and got.source is None
 
 
 def test_old_policy_memory_is_dropped_but_the_forecast_kept() -> None:

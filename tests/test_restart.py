@@ -250,6 +250,7 @@ def test_restart_keeps_learned_slo_capacity_and_forecast_history(
         assert _ask(port) <= math.ceil(1.25 * FAST_RPS / capacity)  # (rate jitter)
         after = _explain(path)  # the restarted server's own saved memory by now
         assert f"capacity at the objective {m.group(1)} req/s/replica" in after, after
+        assert f"{m.group(1)} req/s/replica (read from: load bin " in after, after
         assert "forecast: 0.5 of 1 days of history" in after, after
     finally:
         out = _stop(proc, lines)

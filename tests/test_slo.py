@@ -638,6 +638,88 @@ def test_learn_reads_a_scale_down_that_missed(
     assert kept.capacity_rps == got.capacity_rps
 
 
+def _edges(load: float) -> str:
+    return f"{bin_edge(b(load)):.3g}-{bin_edge(b(load) + 1):.3g} req/s/replica"
+
+
+AT_03 = entries(13, 100, 100, 3.0, 10)  # this cycle: 100 requests at 0.3 req/s per replica
+# (window, bins, (capacity before, its source)) -> (capacity, words its source must hold).
+# The objective is 99 % (min_requests 100).
+SOURCES: dict[str, tuple[Any, Any, tuple[float | None, str | None], tuple[float, str]]] = {
+    "a-bin-whose-requests-missed": (
+        AT_03,
+        ((b(0.3), 1000.0, 1000.0), (b(0.9), 900.0, 1000.0)),
+        (None, None),
+        (
+            bin_edge(b(0.3)),
+            f"load bin {_edges(0.9)} missed the objective (its requests: 90.00% of 1000)",
+        ),
+    ),
+    # 0.1: 1 miss in 10, not a miss alone; 0.2: 99 % of 100 holds alone; together 98.2 %.
+    "all-requests-up-to-a-bin-missed": (
+        AT_03,
+        ((b(0.1), 9.0, 10.0), (b(0.2), 99.0, 100.0)),
+        (None, None),
+        (
+            bin_edge(b(0.2)) * 0.9,
+            f"load bin {_edges(0.2)} missed the objective (all requests at this load or "
+            "below: 98.18% of 110); no load below it held: 90% of its lower edge",
+        ),
+    ),
+    "raised-where-the-objective-held-since": (
+        AT_03,
+        ((b(0.3), 1000.0, 1000.0), (b(0.5), 500.0, 500.0)),
+        (0.2, "load bin 0.2-0.22 missed"),
+        (
+            bin_edge(b(0.5)),
+            f"no load bin misses the objective now; it held up to {bin_edge(b(0.5)):.3g} "
+            "req/s/replica",
+        ),
+    ),
+    "kept-with-its-source-when-nothing-reads-another": (
+        AT_03,
+        ((b(0.3), 1000.0, 1000.0),),
+        (2.0, "load bin 2.2-2.42 missed"),
+        (2.0, "load bin 2.2-2.42 missed"),
+    ),
+    "kept-with-its-source-when-the-bins-between-faded": (
+        AT_03,
+        ((b(0.3), 1000.0, 1000.0), (b(0.5), 15.0, 15.0), (b(0.9), 50.0, 100.0)),
+        (bin_edge(b(0.5)), "earlier"),
+        (bin_edge(b(0.5)), "earlier"),
+    ),
+    "a-scale-down-that-missed": (
+        MISSED,
+        ((b(2.1), 1300.0, 1300.0),),
+        (None, None),
+        (
+            2.1,
+            f"a scale-down missed the objective at {42.0 / 19:.3g} req/s/replica at the same "
+            "demand; 2.1 held before it",
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("window", "bins", "before", "after"), SOURCES.values(), ids=SOURCES.keys()
+)
+def test_learn_says_where_the_capacity_was_read(
+    window: tuple[SloEntry, ...],
+    bins: tuple[tuple[int, float, float], ...],
+    before: tuple[float | None, str | None],
+    after: tuple[float, str],
+) -> None:
+    svc = make_svc()
+    now = window[-1].t
+    prev = Learned(
+        capacity_rps=before[0], changed_at=0.0, bins=bins, binned_at=now, source=before[1]
+    )
+    got = learn(svc, make_load(None, None, ready=window[-1].ready), window, prev, None, now)
+    assert got.capacity_rps == pytest.approx(after[0])
+    assert got.source == after[1]
+
+
 # --- through decide -------------------------------------------------------------------
 
 
@@ -664,7 +746,8 @@ def test_breach_raises_then_learns_capacity_and_sizes_from_it() -> None:
     assert d0.slo is not None and d0.slo.attainment is not None and d0.slo.attainment < 0.99
     text = format_decision(d0)
     assert "slo: objective 99.00% of requests with TTFT <= 2 s" in text
-    assert f"capacity at the objective {cap:.3g} req/s/replica" in text
+    assert f"capacity at the objective {cap:.3g} req/s/replica (read from: load bin " in text
+    assert "no load below it held: 90% of its lower edge)" in text
 
 
 def test_the_hold_after_a_breach_and_the_scale_down_window_overlap() -> None:

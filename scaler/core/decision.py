@@ -53,6 +53,7 @@ class SloStatus:
     # The exported bucket that holds ttft_s strictly inside (attainment interpolated there);
     # None: ttft_s is a bucket bound (measured exactly) or no histogram this cycle.
     bucket: tuple[float, float] | None = None
+    capacity_source: str | None = None  # where capacity_rps was read (core.slo.Learned.source)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ VERSION = 1
 # stabilization, slo window, cold start) is shorter, and the learned values may be stale.
 POLICY_MAX_AGE_S = 3600.0
 _CLOCK_SKEW_S = 300.0
+_MAX_TEXT = 500  # characters of a stored note
 
 
 class Invalid(ValueError):
@@ -77,6 +78,7 @@ def dump(state: CycleState, cfg: Config, mono_now: float, wall_now: float) -> st
                     "bins": [list(b) for b in p.learned.bins],
                     "binnedAt": w(p.learned.binned_at),
                     "changedAt": w(p.learned.changed_at),
+                    "source": p.learned.source,
                 },
             }
             rs = p.rate_swing
@@ -114,6 +116,15 @@ def _num(v: Any, what: str, *, lo: float = -math.inf) -> float:
 
 def _opt(v: Any, what: str, *, lo: float = -math.inf) -> float | None:
     return None if v is None else _num(v, what, lo=lo)
+
+
+def _text(v: Any, what: str) -> str | None:
+    """A short printable note (it is shown by `explain`; a document is not trusted)."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or len(v) > _MAX_TEXT or not v.isprintable():
+        raise Invalid(f"{what} is not a printable string of at most {_MAX_TEXT} characters")
+    return v
 
 
 def _int(v: Any, what: str) -> int:
@@ -218,6 +229,7 @@ def _policy(d: Mapping[str, Any], name: str, clock: Any, now: float) -> PolicySt
             t(learned.get("changedAt"), f"{name}.learned.changedAt"),
             bins=tuple(sorted(bins)),
             binned_at=t(learned.get("binnedAt"), f"{name}.learned.binnedAt"),
+            source=_text(learned.get("source"), f"{name}.learned.source"),
         ),
         rate_swing=rate_swing,
     )

@@ -406,7 +406,13 @@ def decide(
     if svc.slo is not None:
         slo_window = slo_signal.observe(svc.slo, load, prev.slo_window if prev else (), now)
         slo_verdict, slo_status = slo_signal.verdict(
-            svc, load, slo_window, learned.capacity_rps, prev.raised_at if prev else None, now
+            svc,
+            load,
+            slo_window,
+            learned.capacity_rps,
+            prev.raised_at if prev else None,
+            now,
+            capacity_source=learned.source,
         )
     sizes = svc.slo is not None and slo_status is not None and slo_signal.sizes(svc.slo, slo_status)
     trend = prev.trend if prev is not None else None
@@ -726,6 +732,8 @@ def format_slo(s: SloStatus) -> str:
     rate = "-" if s.requests_per_s is None else f"{s.requests_per_s:.3g}"
     cap = "not learned yet" if s.capacity_rps is None else f"{s.capacity_rps:.3g} req/s/replica"
     line += f"; {rate} req/s; capacity at the objective {cap}"
+    if s.capacity_rps is not None and s.capacity_source:
+        line += f" (read from: {s.capacity_source})"
     if s.bucket is not None:
         lo, hi = s.bucket
         line += (

@@ -85,6 +85,9 @@ class Learned:
     # (bin, requests within the objective, requests) per load bin, decayed; see `learn`.
     bins: tuple[tuple[int, float, float], ...] = ()
     binned_at: float | None = None  # when `bins` were last decayed
+    # Where `capacity_rps` was read (for `explain`: an SRE asking "why this capacity?"):
+    # the load bin that missed, a scale-down that missed, or the loads that held since.
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,7 @@ def verdict(
     capacity: float | None,
     raised_at: float | None,
     now: float,
+    capacity_source: str | None = None,
 ) -> tuple[SignalVerdict, SloStatus]:
     slo = svc.slo
     assert slo is not None
@@ -166,6 +170,7 @@ def verdict(
         attainment=m.attainment,
         requests=m.requests,
         capacity_rps=capacity,
+        capacity_source=capacity_source,
         requests_per_s=m.rps,
         itl_s=slo.itlSeconds,
         itl_attainment=m.itl_attainment,
@@ -374,10 +379,18 @@ def learn(
     # service at maxReplicas for a day). Before any reading, none is made up from the loads
     # that held: that would hold a service never run hotter where it is.
     cap, failing = _scan(slo, bins)
+    source = None if failing is None else _bin_source(slo, bins, failing, cap)
     if cap is None and prev.capacity_rps is not None:
-        cap = max(prev.capacity_rps, held_up_to(slo, bins) or 0.0)
+        up = held_up_to(slo, bins)
+        if up is not None and up > prev.capacity_rps:
+            cap, source = (
+                up,
+                f"no load bin misses the objective now; it held up to {up:.3g} req/s/replica",
+            )
+        else:
+            cap, source = prev.capacity_rps, prev.source
     elif _faded_below(cap, failing, prev.capacity_rps):
-        cap = prev.capacity_rps
+        cap, source = prev.capacity_rps, prev.source
     # No bin fails, and a scale-down missed at the same demand: a reading that allows the
     # load that missed (or none) is at most the load that held before it
     # (`scale_down_missed`). While a bin fails the bins decide: applied then too, the
@@ -385,10 +398,34 @@ def learn(
     pair = scale_down_missed(slo, window) if failing is None else None
     if pair is not None and (cap is None or cap >= pair[1] * (1 - _EPS)):
         cap = pair[0]
+        source = (
+            f"a scale-down missed the objective at {pair[1]:.3g} req/s/replica at the same "
+            f"demand; {pair[0]:.3g} held before it"
+        )
     changed = prev.changed_at if cap == prev.capacity_rps else now
     return Learned(
         cap,
         changed,
         bins=tuple((k, g, t) for k, (g, t) in sorted(bins.items())),
         binned_at=now if bins else None,
+        source=source,
     )
+
+
+def _bin_source(
+    slo: Slo, bins: Mapping[int, tuple[float, float]], failing: int, cap: float | None
+) -> str:
+    """Why `_scan` read `cap`: the load bin that missed, with its (decayed) counts."""
+    g, t = bins[failing]
+    lo, hi = bin_edge(failing), bin_edge(failing + 1)
+    if _misses(slo, g, t):
+        what = "its requests"
+    else:  # the bin passed alone; all requests up to it did not
+        g = sum(b[0] for k, b in bins.items() if k <= failing)
+        t = sum(b[1] for k, b in bins.items() if k <= failing)
+        what = "all requests at this load or below"
+    line = f"load bin {lo:.3g}-{hi:.3g} req/s/replica missed the objective ({what}: "
+    line += f"{g / t:.2%} of {t:.0f})"
+    if cap is not None and math.isclose(cap, lo * (1.0 - DECREASE)):
+        line += f"; no load below it held: {1.0 - DECREASE:.0%} of its lower edge"
+    return line
