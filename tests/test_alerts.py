@@ -202,6 +202,47 @@ CASES = [
         {30: [{"service": "embed"}]},
     ),
     Case(
+        "slo-missed-for-15-min",
+        "GpuPoolScalerSloMissed",
+        [
+            series("gpu_pool_scaler_slo_objective", "0.99x40", **CHAT),
+            series("gpu_pool_scaler_slo_attainment", "0.995x5 0.97x35", **CHAT),
+        ],
+        {5: [], 15: [], 21: [CHAT], 35: [CHAT]},
+    ),
+    Case(
+        # A 10-min dip (a burst the scaler answered) stays quiet; so does an objective met.
+        "slo-quiet-through-a-dip-the-scaler-answers",
+        "GpuPoolScalerSloMissed",
+        [
+            series("gpu_pool_scaler_slo_objective", "0.99x40", **CHAT),
+            series("gpu_pool_scaler_slo_attainment", "0.995x5 0.98x10 0.995x25", **CHAT),
+        ],
+        {10: [], 16: [], 30: []},
+    ),
+    Case(
+        # Too few requests to measure: the attainment is absent, never read as a miss.
+        "slo-quiet-while-not-measured",
+        "GpuPoolScalerSloMissed",
+        [
+            series("gpu_pool_scaler_slo_objective", "0.99x40", **CHAT),
+            series("gpu_pool_scaler_slo_attainment", "_x40", **CHAT),
+        ],
+        {20: [], 35: []},
+    ),
+    Case(
+        "slo-missed-on-inter-token-latency-per-service",
+        "GpuPoolScalerSloMissed",
+        [
+            series("gpu_pool_scaler_slo_objective", "0.95x40", service="chat"),
+            series("gpu_pool_scaler_slo_attainment", "0.99x40", service="chat"),
+            series("gpu_pool_scaler_slo_itl_attainment", "0.90x40", service="chat"),
+            series("gpu_pool_scaler_slo_objective", "0.95x40", service="embed"),
+            series("gpu_pool_scaler_slo_attainment", "0.99x40", service="embed"),
+        ],
+        {10: [], 20: [CHAT]},
+    ),
+    Case(
         "hpa-ignores-answer",
         "GpuPoolScalerHpaIgnoresAnswer",
         [series("gpu_pool_scaler_hpa_ignoring_answer", "0x5 1x30", **CHAT)],

@@ -1579,6 +1579,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "GpuPoolScalerHpaIgnoresAnswer",
         "GpuPoolScalerReplicasNotReady",
         "GpuPoolScalerBacklogUnread",
+        "GpuPoolScalerSloMissed",
     }
     selector = f'job="{RELEASE}-gpu-pool-scaler",namespace="{NAMESPACE}"'
     exported = _registry_names()
@@ -1602,6 +1603,9 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "gpu_pool_scaler_stale_decision_answers_total",
         "gpu_pool_scaler_hpa_ignoring_answer",
         "gpu_pool_scaler_queue_unread",
+        "gpu_pool_scaler_slo_attainment",
+        "gpu_pool_scaler_slo_itl_attainment",
+        "gpu_pool_scaler_slo_objective",
     } <= used
     assert alerts["GpuPoolScalerDown"]["expr"] == f"absent(up{{{selector}}} == 1)"
     # Starved: headroom fits the smallest research Job (monitoring: eval, 1 GPU).

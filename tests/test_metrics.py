@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from scaler.core.decision import SignalVerdict
+from scaler.core.decision import SignalVerdict, SloStatus
 from scaler.core.giveback import Planned
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
@@ -71,6 +71,42 @@ def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
     assert "gpu_pool_scaler_desired_replicas" not in f  # never a made-up value
     assert f["gpu_pool_scaler_service_data_fresh"] == {("chat",): 0}
     assert ("code",) not in f["gpu_pool_scaler_current_replicas"]
+
+
+def test_slo_gauges_show_what_was_measured_and_leave_out_what_was_not() -> None:
+    snapshots = Snapshots()
+    m = ScalerMetrics(CollectorRegistry(), snapshots.latest)
+    status = SloStatus(
+        ttft_s=2.0,
+        objective=0.99,
+        window_s=300.0,
+        attainment=0.975,
+        requests=1200.0,
+        capacity_rps=2.25,
+        requests_per_s=4.0,
+        itl_s=0.1,
+        itl_attainment=0.995,
+    )
+    snapshots.publish(decision(1, replace(svc("chat", 3), slo=status)))
+    f = families(m)
+    assert f["gpu_pool_scaler_slo_objective"] == {("chat",): 0.99}  # `code` states none
+    assert f["gpu_pool_scaler_slo_ttft_seconds"] == {("chat",): 2.0}
+    assert f["gpu_pool_scaler_slo_attainment"] == {("chat",): 0.975}
+    assert f["gpu_pool_scaler_slo_itl_attainment"] == {("chat",): 0.995}
+    assert f["gpu_pool_scaler_slo_capacity_requests_per_second"] == {("chat",): 2.25}
+    # Too few requests to measure, nothing learned, no inter-token objective: left out,
+    # never a 0 an alert would read as a miss.
+    unmeasured = replace(
+        status, attainment=None, capacity_rps=None, itl_s=None, itl_attainment=None
+    )
+    snapshots.publish(decision(2, replace(svc("chat", 3), slo=unmeasured)))
+    f = families(m)
+    assert f["gpu_pool_scaler_slo_objective"] == {("chat",): 0.99}
+    for name in ("attainment", "itl_attainment", "capacity_requests_per_second"):
+        assert f"gpu_pool_scaler_slo_{name}" not in f, name
+    # A cycle without fresh data (the policy holds, no slo status): all of it absent.
+    snapshots.publish(decision(3, svc("chat", None, fresh=False)))
+    assert "gpu_pool_scaler_slo_objective" not in families(m)
 
 
 def test_exposition_keeps_the_metric_names() -> None:

@@ -16,7 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 
+import httpx
+import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from scaler.config import load_config
 from scaler.core import memory
@@ -41,6 +44,18 @@ def _port(proc: subprocess.Popen[str], lines: list[str]) -> int:
         if m:
             return int(m.group(1))
     raise AssertionError("serve did not start:\n" + "".join(lines))
+
+
+def _slo_gauges(lines: list[str]) -> dict[str, float]:
+    """The served /metrics' gpu_pool_scaler_slo_* gauges of service chat."""
+    (port,) = {m.group(1) for x in lines if (m := re.search(r"metrics on :(\d+)", x))}
+    body = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    out = {}
+    for fam in text_string_to_metric_families(body):
+        for s in fam.samples:
+            if s.name.startswith("gpu_pool_scaler_slo_") and s.labels == {"service": "chat"}:
+                out[s.name.removeprefix("gpu_pool_scaler_slo_")] = s.value
+    return out
 
 
 def _ask(port: int) -> int:
@@ -231,6 +246,11 @@ def test_restart_keeps_learned_slo_capacity_and_forecast_history(
         assert 0.5 * 0.9 * SLOW_RPS <= capacity <= 1.5 * 0.9 * SLOW_RPS, before
         assert "forecast: 0.5 of 1 days of history" in before, before
         assert _ask(port) == 2
+        # The same through /metrics (what the chart's GpuPoolScalerSloMissed reads).
+        slo = _slo_gauges(lines)
+        assert slo["objective"] == 0.99 and slo["ttft_seconds"] == 2.0, slo
+        assert slo["attainment"] < 0.5, slo  # every request misses
+        assert slo["capacity_requests_per_second"] == pytest.approx(capacity, rel=5e-3), slo
     finally:
         out = _stop(proc, lines)
     assert "forecast history of 1 service(s)" in out  # the seeded days, restored

@@ -129,8 +129,46 @@ class DecisionCollector(Collector):
             "explain's 'queue unread' line.",
             ("service",),
         )
+        # The latency objective (services with `slo:`, on cycles with fresh data): what is
+        # asked, what was measured over the window and the capacity learned; a value not
+        # measured or not learned yet is left out (an alert must not read it as a miss).
+        slo_objective = fam(
+            "slo_objective",
+            "Share of requests that must meet the service's latency objective (0-1).",
+            ("service",),
+        )
+        slo_ttft = fam(
+            "slo_ttft_seconds", "The objective's time to first token, seconds.", ("service",)
+        )
+        slo_attainment = fam(
+            "slo_attainment",
+            "Share of requests with a first token within slo_ttft_seconds over the slo "
+            "window (absent: fewer than minRequests).",
+            ("service",),
+        )
+        slo_itl = fam(
+            "slo_itl_attainment",
+            "Share of token intervals within the inter-token objective over the slo window "
+            "(only with slo.itlSeconds).",
+            ("service",),
+        )
+        slo_capacity = fam(
+            "slo_capacity_requests_per_second",
+            "Learned requests/s one ready replica serves at the objective (absent: not "
+            "learned yet).",
+            ("service",),
+        )
         for name, sd in d.services.items():
             unread.add_metric([name], 1 if sd.queue_note else 0)
+            if sd.slo is not None:
+                slo_objective.add_metric([name], sd.slo.objective)
+                slo_ttft.add_metric([name], sd.slo.ttft_s)
+                if sd.slo.attainment is not None:
+                    slo_attainment.add_metric([name], sd.slo.attainment)
+                if sd.slo.itl_attainment is not None:
+                    slo_itl.add_metric([name], sd.slo.itl_attainment)
+                if sd.slo.capacity_rps is not None:
+                    slo_capacity.add_metric([name], sd.slo.capacity_rps)
             if sd.desired is not None:
                 desired.add_metric([name], sd.desired)
             current.add_metric([name], sd.current)
@@ -179,6 +217,7 @@ class DecisionCollector(Collector):
         if d.seq > 0:
             last.add_metric([], d.wall_time)
         yield from (desired, current, ready, starting, fresh, sig_value, sig_replicas, unread)
+        yield from (slo_objective, slo_ttft, slo_attainment, slo_itl, slo_capacity)
         room = fam(
             "replica_room",
             "Replicas of each service that would bind now without preempting (its GPUs free "
