@@ -87,8 +87,10 @@ def test_slo_gauges_show_what_was_measured_and_leave_out_what_was_not() -> None:
         itl_s=0.1,
         itl_attainment=0.995,
     )
-    snapshots.publish(decision(1, replace(svc("chat", 3), slo=status)))
+    slo = SignalVerdict("slo", 0.975, 0.99, 3)
+    snapshots.publish(decision(1, replace(svc("chat", 3), slo=status, signals=(slo,))))
     f = families(m)
+    assert f["gpu_pool_scaler_signal_value"] == {("chat", "slo"): 0.975}
     assert f["gpu_pool_scaler_slo_objective"] == {("chat",): 0.99}  # `code` states none
     assert f["gpu_pool_scaler_slo_ttft_seconds"] == {("chat",): 2.0}
     assert f["gpu_pool_scaler_slo_attainment"] == {("chat",): 0.975}
@@ -99,9 +101,13 @@ def test_slo_gauges_show_what_was_measured_and_leave_out_what_was_not() -> None:
     unmeasured = replace(
         status, attainment=None, capacity_rps=None, itl_s=None, itl_attainment=None
     )
-    snapshots.publish(decision(2, replace(svc("chat", 3), slo=unmeasured)))
+    placeholder = SignalVerdict("slo", 1.0, 0.99, 0)  # (core.slo.verdict while unmeasured)
+    chat = replace(svc("chat", 3), slo=unmeasured, signals=(placeholder,))
+    snapshots.publish(decision(2, chat))
     f = families(m)
     assert f["gpu_pool_scaler_slo_objective"] == {("chat",): 0.99}
+    assert "gpu_pool_scaler_signal_value" not in f  # not a 1.0 that reads as "met"
+    assert f["gpu_pool_scaler_signal_replicas"] == {("chat", "slo"): 0}
     for name in ("attainment", "itl_attainment", "capacity_requests_per_second"):
         assert f"gpu_pool_scaler_slo_{name}" not in f, name
     # A cycle without fresh data (the policy holds, no slo status): all of it absent.

@@ -177,7 +177,12 @@ class DecisionCollector(Collector):
             fresh.add_metric([name], 1 if sd.fresh else 0)
             for v in sd.signals:
                 if not v.abstain:
-                    sig_value.add_metric([name, v.signal], v.value)
+                    # The slo signal's value is the measured attainment: while too few
+                    # requests measure it, its verdict carries a placeholder 1.0 (it asks
+                    # nothing then), which must not read as "objective met".
+                    unmeasured = v.signal == "slo" and (sd.slo is None or sd.slo.attainment is None)
+                    if not unmeasured:
+                        sig_value.add_metric([name, v.signal], v.value)
                     sig_replicas.add_metric([name, v.signal], v.replicas)
         slots = fam("research_slots", "Total research Job slots per class.", ("research_class",))
         for name, r in d.research.items():
