@@ -220,7 +220,10 @@ class Forecast(_Model):
     # the forecast raises ahead for it, and the ramp signal stands aside while the forecast
     # predicts. A smoother rate is followed by the reactive and ramp signals, and the
     # forecast's raises there only cost research (bench: ServeGen 0.02-0.09, conversation
-    # week 0.025-0.05; coding week 0.16-0.86). Withholding research stays. 0 = every service.
+    # week 0.025-0.05; coding week 0.16-0.86). Withholding research stays. On a smoother rate
+    # the queue's hold band also stands aside while the objective is met, and the slo signal
+    # steps down with a half-replica deadband (`policy.SMOOTH_DEADBAND`; forecast on or off).
+    # 0 = every service swings.
     minRateSwing: Annotated[float, Field(ge=0)] = 0.12
     # The zone whose dates and clock times the history keeps (an IANA name): a service whose
     # users' day starts at local midnight and whose peak follows daylight-saving time sets

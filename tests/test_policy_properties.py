@@ -168,6 +168,7 @@ def test_target_always_within_min_max(
     st.floats(0, 200),
     st.floats(0, 0.5),
     st.floats(0, 20000),
+    st.booleans(),
 )
 def test_more_load_never_lowers_the_target(
     svc: InferenceService,
@@ -177,6 +178,7 @@ def test_more_load_never_lowers_the_target(
     more_running: float,
     more_kv: float,
     more_tokens: float,
+    smooth: bool,
 ) -> None:
     state, now, _ = replay(svc, history)
     heavier = replace(
@@ -187,8 +189,9 @@ def test_more_load_never_lowers_the_target(
         kv_usage_max=min(1.0, load.kv_usage_max + more_kv),
         tokens_per_s=None if load.tokens_per_s is None else load.tokens_per_s + more_tokens,
     )
-    light, _ = decide(svc, load, state, now + 5)
-    heavy, _ = decide(svc, heavier, state, now + 5)
+    # (`smooth`: a rate below minRateSwing, where the queue's hold band stands aside)
+    light, _ = decide(svc, load, state, now + 5, smooth_rate=smooth)
+    heavy, _ = decide(svc, heavier, state, now + 5, smooth_rate=smooth)
     if light.desired is None:  # only possible when every enabled signal abstains
         assert heavy.desired is None
     else:
@@ -477,21 +480,29 @@ def test_garbage_numbers_never_crash_nor_lower(
 
 
 @PROFILE
-@given(services(), histories(), loads(usable=True), st.integers(1, 200), st.integers(0, 200))
+@given(
+    services(),
+    histories(),
+    loads(usable=True),
+    st.integers(1, 200),
+    st.integers(0, 200),
+    st.booleans(),
+)
 def test_slower_first_tokens_never_lower_the_target(
     svc: InferenceService,
     history: list[tuple[float, ServiceLoad]],
     load: ServiceLoad,
     total: int,
     slower: int,
+    smooth: bool,
 ) -> None:
     """The same requests, some of them later: the slo signal may only ask for more."""
     slower = min(slower, total)
     state, now, _ = replay(svc, history)
     fast = replace(load, ttft=ttft_hist(total, total), requests_per_s=load.requests_per_s or 5.0)
     slow = replace(fast, ttft=ttft_hist(total - slower, total))
-    a, _ = decide(svc, fast, state, now + 5)
-    b, _ = decide(svc, slow, state, now + 5)
+    a, _ = decide(svc, fast, state, now + 5, smooth_rate=smooth)
+    b, _ = decide(svc, slow, state, now + 5, smooth_rate=smooth)
     if a.desired is None:
         assert b.desired is None
     else:
@@ -512,17 +523,24 @@ _BIN_EDGE = _found(
 
 
 @SIM_PROFILE
-@example(_FADING, 1.1015625, 0.5, 16, 60)
-@example(_BIN_EDGE, 35.0, 2.5, 14, 0)
+@example(_FADING, 1.1015625, 0.5, 16, 60, False)
+@example(_BIN_EDGE, 35.0, 2.5, 14, 0, False)
+@example(_BIN_EDGE, 35.0, 2.5, 14, 0, True)
 @given(
     svc=services(),
     rps=st.floats(0.5, 40),  # constant demand, requests/s
     capacity=st.floats(0.2, 5),  # requests/s one replica serves within the objective
     initial=st.integers(1, 20),
     model_load_s=st.sampled_from([0, 5, 60, 180]),
+    smooth=st.booleans(),  # a rate below minRateSwing: steps down with the deadband
 )
 def test_slo_signal_under_constant_demand_settles(
-    svc: InferenceService, rps: float, capacity: float, initial: int, model_load_s: float
+    svc: InferenceService,
+    rps: float,
+    capacity: float,
+    initial: int,
+    model_load_s: float,
+    smooth: bool,
 ) -> None:
     """A service whose replicas meet the objective up to `capacity` req/s each and miss it
     above (the share within the objective falls as 1 / overload). The slo signal learns the
@@ -564,7 +582,7 @@ def test_slo_signal_under_constant_demand_settles(
             ttft=ttft_hist(total * share, total) if ready else None,
             requests_per_s=served if ready else None,
         )
-        d, state = decide(svc, load, state, now)
+        d, state = decide(svc, load, state, now, smooth_rate=smooth)
         seen.append(d.desired)
         target = len(pods) if d.desired is None else d.desired
         if target > len(pods):

@@ -394,6 +394,40 @@ def test_slo_verdict(
     assert status.capacity_rps == capacity
 
 
+# On a smooth rate the slo signal steps below the ready count only once the rate is clear
+# of the count below: by max(`deadband` replicas, `tolerance` of the rate's ask). Capacity
+# 1 req/s per replica, every request within the objective. Case: (request rate, ready,
+# deadband, tolerance) -> (asks, the note says a step down waits).
+DEADBAND = {
+    "half-a-replica-clear-steps-down": (5.4, 7, 0.5, 0.1, 6, False),
+    "within-half-a-replica-holds": (5.7, 7, 0.5, 0.1, 7, True),
+    "two-below-steps-one": (4.7, 7, 0.5, 0.1, 6, True),
+    "without-a-deadband-steps-at-once": (5.7, 7, 0.0, 0.0, 6, False),
+    "a-raise-is-not-delayed": (7.2, 7, 0.5, 0.1, 8, False),
+    "at-the-count-holds-it": (7.0, 7, 0.5, 0.1, 7, False),
+    # 40 ready: 10 % of the ask (3.75 replicas) is the wider margin.
+    "many-replicas-ten-percent-holds": (37.5, 40, 0.5, 0.1, 40, True),
+    "many-replicas-ten-percent-clear-steps": (35.0, 40, 0.5, 0.1, 39, True),
+    "many-replicas-half-a-replica-alone": (37.6, 40, 0.5, 0.0, 39, True),
+}
+
+
+@pytest.mark.parametrize(
+    ("rps", "ready", "deadband", "tolerance", "asks", "noted"), DEADBAND.values(), ids=DEADBAND
+)
+def test_a_step_down_waits_until_the_rate_is_clear_of_the_count_below(
+    rps: float, ready: int, deadband: float, tolerance: float, asks: int, noted: bool
+) -> None:
+    svc = make_svc()
+    window = entries(60, 10, 10, rps, ready)
+    load = make_load(None, None, ready)
+    v, _ = verdict(
+        svc, load, window, 1.0, None, window[-1].t, deadband=deadband, tolerance=tolerance
+    )
+    assert (v.replicas, v.need) == (asks, asks)
+    assert ("a step down waits until the rate is" in v.note) is noted
+
+
 def test_attainment_is_interpolated_over_the_window() -> None:
     svc = make_svc()
     assert svc.slo is not None
@@ -785,32 +819,86 @@ def test_the_hold_after_a_breach_and_the_scale_down_window_overlap() -> None:
 # replica the slo signal asks 4. Case: (ttft per cycle, capacity learned, waiting, settles
 # at, what the queue asks at the end).
 MET = hist(20, 20, 20, 20, 20)  # 20 requests per cycle, all within 2 s
+# On a smooth rate (`smooth`: below pool.forecast.minRateSwing) the hold zone stands aside
+# too: the queue asks ceil(waiting / 5) while it is at most its threshold per replica, and
+# the slo signal steps down with its deadband (4 req/s at 1 per replica: 5 below 10 ready).
 SIZES = {
-    "objective-met-the-slo-signal-sizes": (MET, 1.0, 0.0, 4, 0),
-    "no-capacity-learned-the-packing-guard-holds": (MET, None, 0.0, 6, 6),
-    "too-few-requests-the-packing-guard-holds": (hist(1, 1, 1, 1, 1), 1.0, 0.0, 6, 6),
-    "a-queue-in-the-hold-zone-still-holds": (MET, 1.0, 30.0, 10, 10),
+    "objective-met-the-slo-signal-sizes": (MET, 1.0, 0.0, False, 4, 0),
+    "no-capacity-learned-the-packing-guard-holds": (MET, None, 0.0, False, 6, 6),
+    "too-few-requests-the-packing-guard-holds": (hist(1, 1, 1, 1, 1), 1.0, 0.0, False, 6, 6),
+    "a-queue-in-the-hold-zone-still-holds": (MET, 1.0, 30.0, False, 10, 10),
+    "on-a-smooth-rate-the-hold-zone-stands-aside": (MET, 1.0, 30.0, True, 6, 6),
+    "on-a-smooth-rate-no-queue-the-slo-deadband-sizes": (MET, 1.0, 0.0, True, 5, 0),
+    # (12 waiting per replica: ceil((120 + 90) / (9 + 5)), the batch re-learned at 9)
+    "on-a-smooth-rate-a-queue-above-its-threshold-still-raises": (MET, 1.0, 120.0, True, 15, 15),
+    "on-a-smooth-rate-unmeasured-the-hold-zone-holds": (
+        hist(1, 1, 1, 1, 1),
+        1.0,
+        30.0,
+        True,
+        10,
+        10,
+    ),
 }
 
 
 @pytest.mark.parametrize(
-    ("ttft", "capacity", "waiting", "settles", "queue_asks"),
+    ("ttft", "capacity", "waiting", "smooth", "settles", "queue_asks"),
     list(SIZES.values()),
     ids=list(SIZES),
 )
 def test_with_the_objective_met_a_queue_below_its_hold_level_leaves_sizing_to_slo(
-    ttft: Buckets, capacity: float | None, waiting: float, settles: int, queue_asks: int
+    ttft: Buckets,
+    capacity: float | None,
+    waiting: float,
+    smooth: bool,
+    settles: int,
+    queue_asks: int,
 ) -> None:
     svc = make_svc()
     load = make_load(ttft, 4.0, ready=10, waiting=waiting, running=90.0)
     _, state = decide(svc, load, None, 0.0)
     state = replace(state, batch_per_replica=10.0, learned=Learned(capacity_rps=capacity))
     for i in range(1, 400):
-        d, state = decide(svc, load, state, i * 5.0)
+        d, state = decide(svc, load, state, i * 5.0, smooth_rate=smooth)
     assert d.desired == settles
     (q,) = [v for v in d.signals if v.signal == "queue"]
     assert q.replicas == queue_asks
-    assert ("objective met: the slo signal sizes" in q.note) == (settles == 4)
+    assert ("objective met: the slo signal sizes" in q.note) == (settles in (4, 5))
+    assert ("objective met on a smooth rate" in q.note) == (smooth and queue_asks < 10)
+
+
+# A queue over its threshold for a cycle, with the objective met and settled on the request
+# rate's ask: on a bursty rate the queue raises at once (it is the first sign of a burst); on
+# a smooth rate only once its averaged load (scaleDown.smoothingSeconds, 60 s) asks it, so a
+# blip never starts a raise the slo signal steps back down a window later.
+@pytest.mark.parametrize(
+    ("smooth", "after_blip", "after_a_minute"),
+    [(False, 14, 15), (True, 5, 15)],
+    ids=["bursty-raises-at-once", "smooth-raises-on-the-average"],
+)
+def test_on_a_smooth_rate_the_queue_raises_on_its_average(
+    smooth: bool, after_blip: int, after_a_minute: int
+) -> None:
+    svc = make_svc()
+    calm = make_load(MET, 4.0, ready=10, waiting=0.0, running=90.0)
+    _, state = decide(svc, calm, None, 0.0)
+    state = replace(state, batch_per_replica=10.0, learned=Learned(capacity_rps=1.0))
+    t = 0.0
+    for _ in range(400):
+        t += 5.0
+        d, state = decide(svc, calm, state, t, smooth_rate=smooth)
+    assert d.desired == (5 if smooth else 4)  # the rate's ask (a deadband on a smooth rate)
+    queue = make_load(MET, 4.0, ready=10, waiting=120.0, running=90.0)
+    t += 5.0
+    d, state = decide(svc, queue, state, t, smooth_rate=smooth)
+    assert d.desired == after_blip
+    (q,) = [v for v in d.signals if v.signal == "queue"]
+    assert ("raises only on the average" in q.note) is smooth
+    for _ in range(24):  # two minutes of it: the average catches up (batch re-learned at 9)
+        t += 5.0
+        d, state = decide(svc, queue, state, t, smooth_rate=smooth)
+    assert d.desired == after_a_minute
 
 
 def test_slo_off_or_without_histogram_changes_nothing() -> None:

@@ -84,10 +84,12 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
             note = "off for this service (forecast: false): reactive only"
         lead = svc.coldStartSeconds + plan.seconds  # until a replica asked now is Ready
         ramp_aside = False
+        swing = _swing(prev.policy.get(svc.name))
+        # (with or without the forecast: the swing is measured for services with `slo:`)
+        smooth_rate = _smooth_rate(swing, fc) is not None
         if cal is not None:
             p = forecast.predict(hist, sfc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
-            swing = _swing(prev.policy.get(svc.name))
             calm = _smooth_rate(swing, fc)
             if ahead is not None and calm is not None:
                 ahead, note = None, f"{note}; not used: {calm}"
@@ -108,6 +110,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
             forecast=ahead,
             lead_s=lead,
             ramp_aside=ramp_aside,
+            smooth_rate=smooth_rate,
         )
         services[svc.name] = replace(d, forecast_note=note) if note else d
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)

@@ -158,7 +158,12 @@ def verdict(
     raised_at: float | None,
     now: float,
     capacity_source: str | None = None,
+    deadband: float = 0.0,
+    tolerance: float = 0.0,
 ) -> tuple[SignalVerdict, SloStatus]:
+    """The slo signal's verdict this cycle and the status `explain` shows. Below the ready
+    count the rate's ask x is taken max(`deadband` replicas, `tolerance` x x) higher, so a
+    step down waits until the rate is clear of the count below (`policy.SMOOTH_DEADBAND`)."""
     slo = svc.slo
     assert slo is not None
     need = slo.min_requests
@@ -183,11 +188,21 @@ def verdict(
     base = 0
     if capacity is not None and capacity > 0 and m.rps is not None:
         base = max(0, math.ceil(min(m.rps / capacity, _MAX_ASK) - _EPS))
+    margin = 0.0
+    if base < load.ready and capacity is not None and capacity > 0 and m.rps is not None:
+        x = min(m.rps / capacity, _MAX_ASK)
+        margin = max(deadband, tolerance * x)
+        wide = math.ceil(x + margin - _EPS)
+        if wide <= base:
+            margin = 0.0  # (nothing held: no note)
+        base = min(load.ready, max(base, wide))
     recent = measure(window, need, _settled_since(svc, raised_at))
     on_the_way = load.ready + load.starting
     note = f"TTFT <= {slo.ttftSeconds:g} s for {m.attainment:.2%} of {m.requests:.0f}"
     if capacity is not None:
         note += f"; capacity {capacity:.3g} req/s/replica"
+    if margin > 0:
+        note += f"; a step down waits until the rate is {margin:.2g} replicas clear of it"
     need = base  # what the request rate needs at the learned capacity
     calm = None  # what the scale-down window keeps (None: `ask`)
     if breached(slo, recent):  # (measured after the last raise took effect)
