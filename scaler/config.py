@@ -221,8 +221,9 @@ class Forecast(_Model):
     # predicts. A smoother rate is followed by the reactive and ramp signals, and the
     # forecast's raises there only cost research (bench: ServeGen 0.02-0.09, conversation
     # week 0.025-0.05; coding week 0.16-0.86). Withholding research stays. On a smoother rate
-    # the queue's hold band also stands aside while the objective is met, and the slo signal
-    # steps down with a half-replica deadband (`policy.SMOOTH_DEADBAND`; forecast on or off).
+    # the slo signal sizes alone while the objective is met: the queue's hold band stands
+    # aside, the queue raises only as far as its averaged load asks, and the slo signal steps
+    # down with a deadband (`policy.SMOOTH_DEADBAND`, `SMOOTH_TOLERANCE`; forecast on or off).
     # 0 = every service swings.
     minRateSwing: Annotated[float, Field(ge=0)] = 0.12
     # The zone whose dates and clock times the history keeps (an IANA name): a service whose
