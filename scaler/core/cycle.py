@@ -86,11 +86,10 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         ramp_aside = False
         swing = _swing(prev.policy.get(svc.name))
         # (with or without the forecast: the swing is measured for services with `slo:`)
-        smooth_rate = _smooth_rate(swing, fc) is not None
+        calm = _smooth_rate(swing, fc)  # why the rate counts as smooth (None: it swings)
         if cal is not None:
             p = forecast.predict(hist, sfc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
-            calm = _smooth_rate(swing, fc)
             if ahead is not None and calm is not None:
                 ahead, note = None, f"{note}; not used: {calm}"
             if p.replicas is not None and calm is None and swing is not None:
@@ -110,7 +109,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
             forecast=ahead,
             lead_s=lead,
             ramp_aside=ramp_aside,
-            smooth_rate=smooth_rate,
+            smooth_rate=calm is not None,
         )
         services[svc.name] = replace(d, forecast_note=note) if note else d
         if cal is not None:  # (a service that opts out keeps no history: back on, it restarts)

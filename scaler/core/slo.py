@@ -186,11 +186,12 @@ def verdict(
         note = f"{m.requests:.0f} requests in {slo.windowSeconds:.0f} s < {need}: not measured"
         return SignalVerdict("slo", value, slo.attainment, 0, note=note), status
     base = 0
+    x = None  # the rate's ask before rounding
     if capacity is not None and capacity > 0 and m.rps is not None:
-        base = max(0, math.ceil(min(m.rps / capacity, _MAX_ASK) - _EPS))
-    margin = 0.0
-    if base < load.ready and capacity is not None and capacity > 0 and m.rps is not None:
         x = min(m.rps / capacity, _MAX_ASK)
+        base = max(0, math.ceil(x - _EPS))
+    margin = 0.0
+    if x is not None and base < load.ready:
         margin = max(deadband, tolerance * x)
         wide = math.ceil(x + margin - _EPS)
         if wide <= base:
