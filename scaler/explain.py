@@ -22,6 +22,11 @@ def render(d: Decision) -> str:
             f"{p.reserve_gpus} + foreign {p.foreign_gpus} + headroom {p.headroom_gpus}",
             f"  research uses {p.research_gpus} of the headroom",
         ]
+        if p.reserve_held_for:
+            lines.append(
+                f"  adaptive reserve held at its level while the smooth rate of "
+                f"{', '.join(p.reserve_held_for)} rises (a ramp under way needs it)"
+            )
         if p.fail_closed:
             lines.append(f"  research fails closed: {p.fail_closed}")
         if p.forecast_withheld_gpus:

@@ -372,6 +372,53 @@ def test_adaptive_reserve_matches_brute_force() -> None:
         assert t.adaptive_gpus(now) == want
 
 
+# (rise samples (t, gpus), then reserve calls (now, rising, expected adaptive part)) with
+# window 3600 s, lead 300 s, max 16: the rise 8 -> 16 at 100 s leaves the window at 3700 s.
+HOLD_CASES = [
+    pytest.param(
+        [(100, True, 8), (3701, True, 8), (3800, True, 8), (3805, False, 0)],
+        id="held-while-rising-then-released",
+    ),
+    pytest.param([(100, True, 8), (3701, False, 0)], id="not-rising-falls-with-the-window"),
+    pytest.param(
+        [(100, True, 8), (3701, False, 0), (3705, True, 0)],
+        id="holds-the-last-level-not-an-old-peak",
+    ),
+    pytest.param([(50, False, 0), (100, True, 8)], id="rising-never-lowers-a-rise"),
+]
+
+
+@pytest.mark.parametrize("calls", HOLD_CASES)
+def test_the_adaptive_reserve_does_not_fall_while_a_smooth_rate_rises(
+    calls: list[tuple[float, bool, int]],
+) -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    t.observe(0.0, 8)
+    for now, rising, expected in calls:
+        if now >= 100:
+            t.observe(max(100.0, float(now)), 16)
+        assert t.reserve(float(now), rising=rising) == 4 + expected, now
+
+
+def test_a_held_reserve_follows_a_reload_and_each_copy_keeps_its_own() -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    t.observe(0.0, 8)
+    t.observe(100.0, 20)
+    assert t.reserve(100.0) == 4 + 12
+    twin = t.copy()
+    assert twin.reserve(3701.0, rising=True) == 4 + 12  # the copy carries the held level
+    assert t.reserve(3701.0) == 4  # ... and lowering the original leaves the copy alone
+    assert twin.reserve(3702.0, rising=True) == 4 + 12
+    twin.reconfigure(
+        make_cfg([rc("a", 1)], reserve=2, adaptive={"maxGPUs": 5, "enabled": True}).pool
+    )
+    assert twin.reserve(3703.0, rising=True) == 2 + 5  # a lowered maxGPUs caps what is held
+    twin.reconfigure(make_cfg([rc("a", 1)], reserve=2, adaptive={"enabled": False}).pool)
+    assert twin.reserve(3704.0, rising=True) == 2  # off: the floor only
+    twin.reconfigure(make_cfg([rc("a", 1)], reserve=2, adaptive={"enabled": True}).pool)
+    assert twin.reserve(3705.0, rising=True) == 2  # back on: nothing held from before
+
+
 def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
     t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
     t.observe(100.0, 8)

@@ -52,3 +52,11 @@ def test_explain_shows_the_free_gpus_and_the_replicas_they_hold(
         assert line in text
     assert (FRAGMENTED in text) == fragmented
     assert "free on the nodes" not in render(d)  # pods not watched: nothing claimed
+
+
+def test_explain_says_when_the_adaptive_reserve_holds_for_a_rising_rate() -> None:
+    d = decision(1, svc("chat", 3))
+    assert d.pool is not None
+    held = render(replace(d, pool=replace(d.pool, reserve_held_for=("chat", "code"))))
+    assert "adaptive reserve held at its level while the smooth rate of chat, code rises" in held
+    assert "adaptive reserve held" not in render(d)

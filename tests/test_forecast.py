@@ -710,3 +710,37 @@ def test_the_forecast_raises_only_for_a_rate_that_swings(
     # The ramp signal stands aside where the forecast covers a rate known to swing.
     aside = "the ramp signal stands aside: the forecast covers a rate that swings"
     assert (aside in sd.forecast_note) is (used and swing is not None)
+
+
+@pytest.mark.parametrize(
+    ("swing", "short", "long", "rising"),
+    [
+        pytest.param(0.03, 12.0, 10.0, True, id="smooth-and-rising"),
+        pytest.param(0.03, 10.0, 12.0, False, id="smooth-and-falling"),
+        pytest.param(0.03, 10.0, 10.0, False, id="smooth-and-level"),
+        pytest.param(0.5, 12.0, 10.0, False, id="bursty-rises-half-the-time"),
+        pytest.param(None, 12.0, 10.0, False, id="swing-not-known-yet"),
+        pytest.param(0.03, None, None, False, id="no-rate-yet"),
+    ],
+)
+def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
+    swing: float | None, short: float | None, long: float | None, rising: bool
+) -> None:
+    """core.cycle tells the adaptive reserve to hold (core.reserve) while a service's rate
+    is smooth (typical swing below minRateSwing) and its 5-min average is above its 20-min
+    one; a bursty rate is above it half the time and never holds."""
+    from scaler.core.cycle import _smooth_and_rising
+    from scaler.core.policy import PolicyState
+    from scaler.core.ramp import RateTrend
+
+    c = forecast_pool({"minRateSwing": 0.1}, slo={"ttftSeconds": 2})
+    now = MON + 3 * DAY
+    age = WARM_S + 60 if swing is not None else WARM_S - 60
+    pol = PolicyState(
+        10,
+        now,
+        trend=None if short is None or long is None else RateTrend(now, short, long),
+        rate_swing=RateSwing(now - age, now, swing or 0.0, 1.0),
+    )
+    assert _smooth_and_rising(c, {"chat": pol}) == (["chat"] if rising else [])
+    assert _smooth_and_rising(c, {}) == []  # no state yet: nothing to hold for

@@ -127,14 +127,17 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.reconfigure(cfg.pool)
     reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
+    rising = _smooth_and_rising(cfg, policy)
     pool, research = split_pool(
         cfg,
         services,
         inp.capacity,
-        reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds)),
+        reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds), rising=bool(rising)),
         ready_for_research=ready,
         withhold=_withhold(cfg, services, history, settings, inp.calendar),
     )
+    if rising and cfg.pool.adaptiveReserve.enabled:
+        pool = replace(pool, reserve_held_for=tuple(rising))
     seq = prev.seq + 1
     decision = Decision(
         seq=seq,
@@ -189,6 +192,20 @@ def _smooth_rate(swing: float | None, fc: Forecast) -> str | None:
         f"the request rate is smooth (typical swing {swing:.3f} < minRateSwing "
         f"{fc.minRateSwing:g}): the reactive signals follow it"
     )
+
+
+def _smooth_and_rising(cfg: Config, policy: Mapping[str, PolicyState]) -> list[str]:
+    """The services whose request rate is smooth (below `pool.forecast.minRateSwing`) and
+    rising now (its 5-minute average above its 20-minute one, core.ramp): while there is
+    one, the adaptive reserve does not fall (core.reserve)."""
+    out = []
+    for svc in cfg.inference:
+        p = policy.get(svc.name)
+        if p is None or p.trend is None or _smooth_rate(_swing(p), cfg.pool.forecast) is None:
+            continue
+        if p.trend.long > 0 and p.trend.short > p.trend.long:
+            out.append(svc.name)
+    return out
 
 
 def _above(replicas: int, fraction: float) -> int:

@@ -12,6 +12,14 @@ or a scale-down window still held them) needed no new GPUs and keeps none free: 
 on what was held alone, a forecast raise ahead of a ramp counted once more as a ramp to
 expect, and the reserve held the same GPUs a second time for an hour (coding week: 84.4 ->
 85.8 % of the oracle's harvest, ServeGen 87.0 -> 88.3 %, lost work unchanged).
+
+While a smooth service's rate is rising (`reserve(..., rising=True)`, decided by
+core.cycle), the adaptive part does not fall: a rise that leaves the window then is more
+often the start of a ramp than noise, and the GPUs it freed were lent to research just
+before the ramp needed them (ServeGen seed 1: the reserve fell 20 -> 8 GPUs at 24.7 h as
+an hour-old rise left the window, research took them, and the ramp 5 minutes later waited
+out the 600-s grace: half the requests of that 10 minutes missed). It falls once the rate
+stops rising. A bursty rate rises half the time (docs/bench.md): it never holds.
 Pure: the caller feeds (time, held GPUs, needed GPUs) samples with its own clock.
 """
 
@@ -29,11 +37,13 @@ class ReserveTracker:
         self._floor = pool.reserveGPUs
         self._cfg = pool.adaptiveReserve
         self._history: deque[tuple[float, int, int]] = deque()  # (time, held, needed)
+        self._last = 0  # the adaptive part the last `reserve` call gave (held while rising)
 
     def copy(self) -> ReserveTracker:
         """An independent tracker with the same settings and history (for pure cycle steps)."""
         twin = ReserveTracker.__new__(ReserveTracker)
         twin._floor, twin._cfg, twin._history = self._floor, self._cfg, deque(self._history)
+        twin._last = self._last
         return twin
 
     def reconfigure(self, pool: PoolConfig) -> None:
@@ -42,6 +52,7 @@ class ReserveTracker:
         self._cfg = pool.adaptiveReserve
         if not self._cfg.enabled:
             self._history.clear()
+            self._last = 0
 
     def observe(self, now: float, held_gpus: int, needed_gpus: int | None = None) -> None:
         """Record the GPUs inference holds or asks for at `now` (accounting.inference_gpus)
@@ -82,9 +93,17 @@ class ReserveTracker:
             best = max(best, need - samples[window[0]][1])
         return min(self._cfg.maxGPUs, best)
 
-    def reserve(self, now: float, lead_seconds: float | None = None) -> int:
-        """GPUs to keep free now: the configured floor plus the adaptive part."""
-        return self._floor + self.adaptive_gpus(now, lead_seconds)
+    def reserve(
+        self, now: float, lead_seconds: float | None = None, *, rising: bool = False
+    ) -> int:
+        """GPUs to keep free now: the configured floor plus the adaptive part. `rising`: a
+        smooth service's rate is climbing, so the adaptive part keeps at least what the last
+        call gave (capped at maxGPUs, which a reload may have lowered)."""
+        adaptive = self.adaptive_gpus(now, lead_seconds)
+        if rising and self._cfg.enabled:
+            adaptive = max(adaptive, min(self._last, self._cfg.maxGPUs))
+        self._last = adaptive
+        return self._floor + adaptive
 
 
 def lead(pool: PoolConfig, give_back_s: float) -> float:
