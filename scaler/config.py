@@ -146,7 +146,8 @@ class CapacityConfig(_Model):
 
 
 class AdaptiveReserve(_Model):
-    """Extra reserve sized from recent inference demand growth."""
+    """Extra reserve sized from recent inference demand growth (core.reserve); it does not
+    fall while a smooth service's rate is rising."""
 
     enabled: bool = False
     windowSeconds: Annotated[float, Field(gt=0)] = 3600.0  # trailing window of demand history
