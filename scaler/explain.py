@@ -22,10 +22,11 @@ def render(d: Decision) -> str:
             f"{p.reserve_gpus} + foreign {p.foreign_gpus} + headroom {p.headroom_gpus}",
             f"  research uses {p.research_gpus} of the headroom",
         ]
-        if p.reserve_held_for:
+        if p.reserve_held_gpus:
             lines.append(
-                f"  adaptive reserve held at its level while the smooth rate of "
-                f"{', '.join(p.reserve_held_for)} rises (a ramp under way needs it)"
+                f"  the reserve keeps {p.reserve_held_gpus} GPU(s) its window no longer asks "
+                f"while the smooth rate of {', '.join(p.reserve_held_for)} rises (a ramp under "
+                "way needs them)"
             )
         if p.fail_closed:
             lines.append(f"  research fails closed: {p.fail_closed}")

@@ -398,6 +398,7 @@ def test_the_adaptive_reserve_does_not_fall_while_a_smooth_rate_rises(
         if now >= 100:
             t.observe(max(100.0, float(now)), 16)
         assert t.reserve(float(now), rising=rising) == 4 + expected, now
+        assert t.held_gpus == expected - t.adaptive_gpus(float(now)), now
 
 
 def test_a_held_reserve_follows_a_reload_and_each_copy_keeps_its_own() -> None:

@@ -57,6 +57,10 @@ def test_explain_shows_the_free_gpus_and_the_replicas_they_hold(
 def test_explain_says_when_the_adaptive_reserve_holds_for_a_rising_rate() -> None:
     d = decision(1, svc("chat", 3))
     assert d.pool is not None
-    held = render(replace(d, pool=replace(d.pool, reserve_held_for=("chat", "code"))))
-    assert "adaptive reserve held at its level while the smooth rate of chat, code rises" in held
-    assert "adaptive reserve held" not in render(d)
+    pool = replace(d.pool, reserve_held_gpus=8, reserve_held_for=("chat", "code"))
+    held = render(replace(d, pool=pool))
+    assert (
+        "the reserve keeps 8 GPU(s) its window no longer asks while the smooth rate of "
+        "chat, code rises"
+    ) in held
+    assert "its window no longer asks" not in render(d)

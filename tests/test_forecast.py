@@ -744,3 +744,57 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     )
     assert _smooth_and_rising(c, {"chat": pol}) == (["chat"] if rising else [])
     assert _smooth_and_rising(c, {}) == []  # no state yet: nothing to hold for
+
+
+@pytest.mark.parametrize(
+    ("short", "held"), [pytest.param(12.0, 12, id="rising"), pytest.param(8.0, 0, id="falling")]
+)
+def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held: int) -> None:
+    """Through core.cycle.step: an hour after a 12-GPU rise left the reserve's window, a
+    smooth service whose rate is rising keeps those 12 GPUs free (research is lent 12 fewer)
+    and the split says why; with its rate falling the reserve falls to the floor."""
+    from scaler.core.policy import PolicyState
+    from scaler.core.ramp import RateTrend
+    from scaler.core.reserve import ReserveTracker
+
+    c = parse_config(
+        {
+            "pool": {
+                "name": "p",
+                "capacity": {"gpus": 64},
+                "reserveGPUs": 4,
+                "adaptiveReserve": {"enabled": True, "leadTimeSeconds": 300, "maxGPUs": 16},
+                "forecast": {"minRateSwing": 0.1},
+            },
+            "inference": [
+                {
+                    "name": "chat",
+                    "gpusPerReplica": 4,
+                    "maxReplicas": 16,
+                    "targets": {"static": ["h:1"]},
+                    "slo": {"ttftSeconds": 2},
+                }
+            ],
+            "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 64}],
+        }
+    )
+    tracker = ReserveTracker(c.pool)
+    tracker.observe(0.0, 8)
+    tracker.observe(100.0, 20)
+    assert tracker.reserve(100.0) == 4 + 12
+    now = 3800.0  # the rise left the one-hour window at 3700 s
+    pol = PolicyState(
+        2,
+        now - 5.0,
+        trend=RateTrend(now - 5.0, short, 10.0),
+        rate_swing=RateSwing(now - WARM_S - 60, now - 5.0, 0.03, 1.0),
+    )
+    state = CycleState(policy={"chat": pol}, reserve=tracker)
+    s = EngineSample(0.0, 1.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)
+    t = [TargetState(f"r{k}", TargetPhase.SERVING, s, now) for k in range(2)]
+    d, _ = step(CycleInput(c, {"chat": t}, Capacity(64), now), state)
+    assert d.pool is not None
+    assert d.pool.reserve_gpus == 4 + held
+    assert d.pool.reserve_held_gpus == held
+    assert d.pool.reserve_held_for == (("chat",) if held else ())
+    assert d.pool.headroom_gpus == 64 - d.pool.inference_gpus - 4 - held

@@ -136,8 +136,8 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         ready_for_research=ready,
         withhold=_withhold(cfg, services, history, settings, inp.calendar),
     )
-    if rising and cfg.pool.adaptiveReserve.enabled:
-        pool = replace(pool, reserve_held_for=tuple(rising))
+    if reserve.held_gpus:
+        pool = replace(pool, reserve_held_gpus=reserve.held_gpus, reserve_held_for=tuple(rising))
     seq = prev.seq + 1
     decision = Decision(
         seq=seq,

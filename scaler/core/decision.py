@@ -98,7 +98,9 @@ class PoolSplit:
     fail_closed: str | None = None  # reason research got 0, if it did
     forecast_withheld_gpus: int = 0  # headroom not lent: the forecast needs it back too soon
     free_by_node: tuple[int, ...] | None = None  # Capacity.free_by_node (None: not watched)
-    # Services whose smooth rate is rising: the adaptive reserve holds its level for them.
+    # GPUs of the reserve its window no longer asks, kept while the smooth rate of these
+    # services rises (core.reserve).
+    reserve_held_gpus: int = 0
     reserve_held_for: tuple[str, ...] = ()
 
 

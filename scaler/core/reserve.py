@@ -40,12 +40,13 @@ class ReserveTracker:
         self._cfg = pool.adaptiveReserve
         self._history: deque[tuple[float, int, int]] = deque()  # (time, held, needed)
         self._last = 0  # the adaptive part the last `reserve` call gave (held while rising)
+        self.held_gpus = 0  # what the last `reserve` call kept beyond the window's ask
 
     def copy(self) -> ReserveTracker:
         """An independent tracker with the same settings and history (for pure cycle steps)."""
         twin = ReserveTracker.__new__(ReserveTracker)
         twin._floor, twin._cfg, twin._history = self._floor, self._cfg, deque(self._history)
-        twin._last = self._last
+        twin._last, twin.held_gpus = self._last, self.held_gpus
         return twin
 
     def reconfigure(self, pool: PoolConfig) -> None:
@@ -101,10 +102,11 @@ class ReserveTracker:
         """GPUs to keep free now: the configured floor plus the adaptive part. `rising`: a
         smooth service's rate is climbing, so the adaptive part keeps at least what the last
         call gave (capped at maxGPUs, which a reload may have lowered)."""
-        adaptive = self.adaptive_gpus(now, lead_seconds)
+        asked = self.adaptive_gpus(now, lead_seconds)
+        adaptive = asked
         if rising and self._cfg.enabled:
-            adaptive = max(adaptive, min(self._last, self._cfg.maxGPUs))
-        self._last = adaptive
+            adaptive = max(asked, min(self._last, self._cfg.maxGPUs))
+        self._last, self.held_gpus = adaptive, adaptive - asked
         return self._floor + adaptive
 
 
