@@ -16,7 +16,7 @@ from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
 from scaler.core.forecast import DAY, History, predict, record, weekday, weekend
 from scaler.core.load import EngineSample, TargetPhase, TargetState
-from scaler.core.ramp import WARM_S, RateSwing
+from scaler.core.ramp import GAP_S, WARM_S, RateSwing
 
 FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
 MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
@@ -713,37 +713,41 @@ def test_the_forecast_raises_only_for_a_rate_that_swings(
 
 
 @pytest.mark.parametrize(
-    ("swing", "short", "long", "rising"),
+    ("swing", "short", "long", "since_rate", "rising"),
     [
-        pytest.param(0.03, 12.0, 10.0, True, id="smooth-and-rising"),
-        pytest.param(0.03, 10.0, 12.0, False, id="smooth-and-falling"),
-        pytest.param(0.03, 10.0, 10.0, False, id="smooth-and-level"),
-        pytest.param(0.5, 12.0, 10.0, False, id="bursty-rises-half-the-time"),
-        pytest.param(None, 12.0, 10.0, False, id="swing-not-known-yet"),
-        pytest.param(0.03, None, None, False, id="no-rate-yet"),
+        pytest.param(0.03, 12.0, 10.0, 0.0, True, id="smooth-and-rising"),
+        pytest.param(0.03, 10.0, 12.0, 0.0, False, id="smooth-and-falling"),
+        pytest.param(0.03, 10.0, 10.0, 0.0, False, id="smooth-and-level"),
+        pytest.param(0.5, 12.0, 10.0, 0.0, False, id="bursty-rises-at-every-burst"),
+        pytest.param(None, 12.0, 10.0, 0.0, False, id="swing-not-known-yet"),
+        pytest.param(0.03, None, None, 0.0, False, id="no-rate-yet"),
+        pytest.param(0.03, 12.0, 10.0, GAP_S, True, id="rate-measured-a-gap-ago"),
+        pytest.param(0.03, 12.0, 10.0, GAP_S + 1.0, False, id="no-rate-measured-lately"),
     ],
 )
 def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
-    swing: float | None, short: float | None, long: float | None, rising: bool
+    swing: float | None, short: float | None, long: float | None, since_rate: float, rising: bool
 ) -> None:
     """core.cycle tells the adaptive reserve to hold (core.reserve) while a service's rate
     is smooth (typical swing below minRateSwing) and its 5-min average is above its 20-min
-    one; a bursty rate is above it half the time and never holds."""
+    one; a bursty rate's averages cross at every burst and never hold it, and averages
+    no measured rate has moved for longer than ramp.GAP_S (a quiet night) say nothing."""
     from scaler.core.cycle import _smooth_and_rising
     from scaler.core.policy import PolicyState
     from scaler.core.ramp import RateTrend
 
     c = forecast_pool({"minRateSwing": 0.1}, slo={"ttftSeconds": 2})
-    now = MON + 3 * DAY
+    t0 = MON + 3 * DAY  # the last measured rate folded in
     age = WARM_S + 60 if swing is not None else WARM_S - 60
     pol = PolicyState(
         10,
-        now,
-        trend=None if short is None or long is None else RateTrend(now, short, long),
-        rate_swing=RateSwing(now - age, now, swing or 0.0, 1.0),
+        t0,
+        trend=None if short is None or long is None else RateTrend(t0, short, long),
+        rate_swing=RateSwing(t0 - age, t0, swing or 0.0, 1.0),
     )
-    assert _smooth_and_rising(c, {"chat": pol}) == (["chat"] if rising else [])
-    assert _smooth_and_rising(c, {}) == []  # no state yet: nothing to hold for
+    now = t0 + since_rate
+    assert _smooth_and_rising(c, {"chat": pol}, now) == (["chat"] if rising else [])
+    assert _smooth_and_rising(c, {}, now) == []  # no state yet: nothing to hold for
 
 
 @pytest.mark.parametrize(

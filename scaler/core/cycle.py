@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from scaler.config import Config, Forecast, InferenceService, forecast_for
-from scaler.core import forecast, giveback
+from scaler.core import forecast, giveback, ramp
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
 from scaler.core.decision import Decision, ServiceDecision, SignalVerdict
@@ -127,7 +127,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.reconfigure(cfg.pool)
     reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
-    rising = _smooth_and_rising(cfg, policy)
+    rising = _smooth_and_rising(cfg, policy, now)
     pool, research = split_pool(
         cfg,
         services,
@@ -194,16 +194,19 @@ def _smooth_rate(swing: float | None, fc: Forecast) -> str | None:
     )
 
 
-def _smooth_and_rising(cfg: Config, policy: Mapping[str, PolicyState]) -> list[str]:
+def _smooth_and_rising(cfg: Config, policy: Mapping[str, PolicyState], now: float) -> list[str]:
     """The services whose request rate is smooth (below `pool.forecast.minRateSwing`) and
     rising now (its 5-minute average above its 20-minute one, core.ramp): while there is
-    one, the adaptive reserve does not fall (core.reserve)."""
+    one, the adaptive reserve does not fall (core.reserve). Averages without a measured
+    rate for `ramp.GAP_S` (too few requests, no data) say nothing: a quiet night must not
+    hold the reserve on the last rise it saw."""
     out = []
     for svc in cfg.inference:
         p = policy.get(svc.name)
         if p is None or p.trend is None or _smooth_rate(_swing(p), cfg.pool.forecast) is None:
             continue
-        if p.trend.long > 0 and p.trend.short > p.trend.long:
+        t = p.trend
+        if now - t.at <= ramp.GAP_S and t.long > 0 and t.short > t.long:
             out.append(svc.name)
     return out
 
