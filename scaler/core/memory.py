@@ -5,7 +5,8 @@ batch, the slo signal's window and learned capacity, how much the request rate s
 the forecast history; for the pool
 the measured research give-backs (core.giveback; kept at any age: new deletions replace
 them, and pods being deleted across the restart are seen again from the API). What does
-not: the adaptive reserve's recent history, and the "one complete cycle" gate (research
+not: the adaptive reserve's recent history (and the level it holds while a smooth rate
+rises), and the "one complete cycle" gate (research
 waits for fresh data from every service after a start, as before).
 
 Times inside `PolicyState` are monotonic seconds of the process that wrote them; the
