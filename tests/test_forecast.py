@@ -508,6 +508,32 @@ def test_replicas_the_forecast_added_are_not_recorded_as_need() -> None:
     assert state.forecast["chat"].days[day][slot] == 8  # ... the load needs 8
 
 
+def reserve_pool(
+    gpus: int,
+    adaptive: dict[str, Any],
+    fc: dict[str, Any],
+    svc: dict[str, Any],
+    research: list[dict[str, Any]] | None = None,
+) -> Any:
+    """A pool of `gpus` with a 4-GPU reserve, the adaptive reserve on (and `adaptive`), the
+    forecast settings `fc` and one service, `chat` (4 GPUs per replica, and `svc`)."""
+    return parse_config(
+        {
+            "pool": {
+                "name": "p",
+                "capacity": {"gpus": gpus},
+                "reserveGPUs": 4,
+                "adaptiveReserve": {"enabled": True, **adaptive},
+                "forecast": fc,
+            },
+            "inference": [
+                {"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}, **svc}
+            ],
+            **({"research": research} if research else {}),
+        }
+    )
+
+
 def forecast_pool(fc: dict[str, Any] | None = None, **svc: Any) -> Any:
     """A 64-GPU pool with the forecast on (and `fc`) and one service, `chat` (4 GPUs, max
     16)."""
@@ -629,26 +655,12 @@ def test_a_forecast_within_the_fraction_still_holds_what_it_raised() -> None:
 def test_the_adaptive_reserve_counts_only_rises_the_held_replicas_did_not_cover(
     history: list[int], reserve_after_raise: int, reserve_after_load: int
 ) -> None:
-    c = parse_config(
-        {
-            "pool": {
-                "name": "p",
-                "capacity": {"gpus": 128},
-                "reserveGPUs": 4,
-                "adaptiveReserve": {"enabled": True, "maxGPUs": 32, "leadTimeSeconds": 900},
-                "forecast": {"enabled": True},
-            },
-            "inference": [
-                {
-                    "name": "chat",
-                    "gpusPerReplica": 4,
-                    "targets": {"static": ["h:1"]},
-                    "maxReplicas": 32,
-                    # the load's need is its instantaneous ask (no moving average)
-                    "scaleDown": {"smoothingSeconds": 0},
-                }
-            ],
-        }
+    c = reserve_pool(
+        128,
+        {"maxGPUs": 32, "leadTimeSeconds": 900},
+        {"enabled": True},
+        # the load's need is its instantaneous ask (no moving average)
+        {"maxReplicas": 32, "scaleDown": {"smoothingSeconds": 0}},
     )
     state = CycleState(forecast={"chat": days_of(history, 2, c.pool.forecast)})
     t0 = MON + 2 * DAY + 3600.0
@@ -761,26 +773,12 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
     from scaler.core.ramp import RateTrend
     from scaler.core.reserve import ReserveTracker
 
-    c = parse_config(
-        {
-            "pool": {
-                "name": "p",
-                "capacity": {"gpus": 64},
-                "reserveGPUs": 4,
-                "adaptiveReserve": {"enabled": True, "leadTimeSeconds": 300, "maxGPUs": 16},
-                "forecast": {"minRateSwing": 0.1},
-            },
-            "inference": [
-                {
-                    "name": "chat",
-                    "gpusPerReplica": 4,
-                    "maxReplicas": 16,
-                    "targets": {"static": ["h:1"]},
-                    "slo": {"ttftSeconds": 2},
-                }
-            ],
-            "research": [{"name": "eval", "gpusPerJob": 1, "maxJobs": 64}],
-        }
+    c = reserve_pool(
+        64,
+        {"leadTimeSeconds": 300, "maxGPUs": 16},
+        {"minRateSwing": 0.1},
+        {"maxReplicas": 16, "slo": {"ttftSeconds": 2}},
+        research=[{"name": "eval", "gpusPerJob": 1, "maxJobs": 64}],
     )
     tracker = ReserveTracker(c.pool)
     tracker.observe(0.0, 8)
