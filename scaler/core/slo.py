@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from scaler.config import InferenceService, Slo
 from scaler.core import histogram
@@ -260,11 +261,17 @@ def capacity_from(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> float | 
     service never run hot never sees a higher load, so the signal held it where it was;
     on the conversation week ours ran at 93 % of static peak.)
     """
-    return _scan(slo, bins)[0]
+    return _scan(slo, bins).capacity
 
 
-def _scan(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> tuple[float | None, int | None]:
-    """`capacity_from`'s reading and the load bin that failed (None: none fails)."""
+class _Scan(NamedTuple):
+    capacity: float | None  # `capacity_from`'s reading
+    failing: int | None  # the load bin that failed (None: none fails)
+    upto: tuple[float, float]  # (good, total) of all requests up to and in that bin
+
+
+def _scan(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> _Scan:
+    """`capacity_from`'s reading, the load bin that failed and the requests up to it."""
     need = slo.min_requests
     cap: float | None = None
     cg = ct = 0.0
@@ -280,13 +287,13 @@ def _scan(slo: Slo, bins: Mapping[int, tuple[float, float]]) -> tuple[float | No
         # `min_requests` there took a flap per few requests).
         fails = _misses(slo, g, t) or (ct >= need and cg / ct < slo.attainment - _EPS)
         if fails:
-            return (cap if cap is not None else bin_edge(k) * (1.0 - DECREASE)), k
+            return _Scan(cap if cap is not None else bin_edge(k) * (1.0 - DECREASE), k, (cg, ct))
         if t >= need:
             # The bin's lower edge: a bin 10 % wide can hold two operating points, one
             # meeting the objective and one just missing it (n and n - 1 replicas): its top
             # would size for the missing one and flap between them.
             cap = bin_edge(k)
-    return None, None
+    return _Scan(None, None, (cg, ct))
 
 
 def _misses(slo: Slo, good: float, total: float) -> bool:
@@ -394,8 +401,8 @@ def learn(
     # replica on the conversation week, where 2.7 held for 50,000 requests, and pinned the
     # service at maxReplicas for a day). Before any reading, none is made up from the loads
     # that held: that would hold a service never run hotter where it is.
-    cap, failing = _scan(slo, bins)
-    source = None if failing is None else _bin_source(slo, bins, failing, cap)
+    cap, failing, upto = _scan(slo, bins)
+    source = None if failing is None else _bin_source(slo, bins[failing], failing, cap, upto)
     if cap is None and prev.capacity_rps is not None:
         up = held_up_to(slo, bins)
         if up is not None and up > prev.capacity_rps:
@@ -429,16 +436,20 @@ def learn(
 
 
 def _bin_source(
-    slo: Slo, bins: Mapping[int, tuple[float, float]], failing: int, cap: float | None
+    slo: Slo,
+    own: tuple[float, float],
+    failing: int,
+    cap: float | None,
+    upto: tuple[float, float],
 ) -> str:
-    """Why `_scan` read `cap`: the load bin that missed, with its (decayed) counts."""
-    g, t = bins[failing]
+    """Why `_scan` read `cap`: the load bin that missed, with its (decayed) counts `own`,
+    or those of every request up to it (`upto`, as `_scan` summed them)."""
+    g, t = own
     lo, hi = bin_edge(failing), bin_edge(failing + 1)
     if _misses(slo, g, t):
         what = "its requests"
     else:  # the bin passed alone; all requests up to it did not
-        g = sum(b[0] for k, b in bins.items() if k <= failing)
-        t = sum(b[1] for k, b in bins.items() if k <= failing)
+        g, t = upto
         what = "all requests at this load or below"
     line = f"load bin {lo:.3g}-{hi:.3g} req/s/replica missed the objective ({what}: "
     line += f"{g / t:.2%} of {t:.0f})"
