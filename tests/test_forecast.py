@@ -725,25 +725,34 @@ def test_the_forecast_raises_only_for_a_rate_that_swings(
 
 
 @pytest.mark.parametrize(
-    ("swing", "short", "long", "since_rate", "rising"),
+    ("swing", "short", "long", "since_rate", "rising", "beyond_cold_start"),
     [
-        pytest.param(0.03, 12.0, 10.0, 0.0, True, id="smooth-and-rising"),
-        pytest.param(0.03, 10.0, 12.0, 0.0, False, id="smooth-and-falling"),
-        pytest.param(0.03, 10.0, 10.0, 0.0, False, id="smooth-and-level"),
-        pytest.param(0.5, 12.0, 10.0, 0.0, False, id="bursty-rises-at-every-burst"),
-        pytest.param(None, 12.0, 10.0, 0.0, False, id="swing-not-known-yet"),
-        pytest.param(0.03, None, None, 0.0, False, id="no-rate-yet"),
-        pytest.param(0.03, 12.0, 10.0, GAP_S, True, id="rate-measured-a-gap-ago"),
-        pytest.param(0.03, 12.0, 10.0, GAP_S + 1.0, False, id="no-rate-measured-lately"),
+        pytest.param(0.03, 12.0, 10.0, 0.0, True, 600.0, id="smooth-and-rising"),
+        pytest.param(0.03, 10.0, 12.0, 0.0, False, 600.0, id="smooth-and-falling"),
+        pytest.param(0.03, 10.0, 10.0, 0.0, False, 600.0, id="smooth-and-level"),
+        pytest.param(0.5, 12.0, 10.0, 0.0, False, 600.0, id="bursty-rises-at-every-burst"),
+        pytest.param(None, 12.0, 10.0, 0.0, False, 600.0, id="swing-not-known-yet"),
+        pytest.param(0.03, None, None, 0.0, False, 600.0, id="no-rate-yet"),
+        pytest.param(0.03, 12.0, 10.0, GAP_S, True, 600.0, id="rate-measured-a-gap-ago"),
+        pytest.param(0.03, 12.0, 10.0, GAP_S + 1.0, False, 600.0, id="no-rate-measured-lately"),
+        # give-back relative to the service's cold start (in seconds beyond it)
+        pytest.param(0.03, 12.0, 10.0, 0.0, False, 0.0, id="research-leaves-within-a-cold-start"),
+        pytest.param(0.03, 12.0, 10.0, 0.0, True, 1.0, id="research-leaves-after-a-cold-start"),
     ],
 )
 def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
-    swing: float | None, short: float | None, long: float | None, since_rate: float, rising: bool
+    swing: float | None,
+    short: float | None,
+    long: float | None,
+    since_rate: float,
+    rising: bool,
+    beyond_cold_start: float,
 ) -> None:
     """core.cycle tells the adaptive reserve to hold (core.reserve) while a service's rate
     is smooth (typical swing below minRateSwing) and its 5-min average is above its 20-min
     one; a bursty rate's averages cross at every burst and never hold it, and averages
-    no measured rate has moved for longer than ramp.GAP_S (a quiet night) say nothing."""
+    no measured rate has moved for longer than ramp.GAP_S (a quiet night) say nothing.
+    Research that gives GPUs back within a replica's cold start holds nothing."""
     from scaler.core.cycle import _smooth_and_rising
     from scaler.core.policy import PolicyState
     from scaler.core.ramp import RateTrend
@@ -758,8 +767,9 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
         rate_swing=RateSwing(t0 - age, t0, swing or 0.0, 1.0),
     )
     now = t0 + since_rate
-    assert _smooth_and_rising(c, {"chat": pol}, now) == (["chat"] if rising else [])
-    assert _smooth_and_rising(c, {}, now) == []  # no state yet: nothing to hold for
+    give_back = c.inference[0].coldStartSeconds + beyond_cold_start
+    assert _smooth_and_rising(c, {"chat": pol}, now, give_back) == (["chat"] if rising else [])
+    assert _smooth_and_rising(c, {}, now, give_back) == []  # no state yet: nothing to hold for
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.reconfigure(cfg.pool)
     reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
-    rising = _smooth_and_rising(cfg, policy, now)
+    rising = _smooth_and_rising(cfg, policy, now, plan.seconds)
     pool, research = split_pool(
         cfg,
         services,
@@ -194,14 +194,24 @@ def _smooth_rate(swing: float | None, fc: Forecast) -> str | None:
     )
 
 
-def _smooth_and_rising(cfg: Config, policy: Mapping[str, PolicyState], now: float) -> list[str]:
+def _smooth_and_rising(
+    cfg: Config, policy: Mapping[str, PolicyState], now: float, give_back_s: float
+) -> list[str]:
     """The services whose request rate is smooth (below `pool.forecast.minRateSwing`) and
     rising now (its 5-minute average above its 20-minute one, core.ramp): while there is
     one, the adaptive reserve does not fall (core.reserve). Averages without a measured
     rate for `ramp.GAP_S` (too few requests, no data) say nothing: a quiet night must not
-    hold the reserve on the last rise it saw."""
+    hold the reserve on the last rise it saw.
+
+    Only where research takes longer to give GPUs back (`give_back_s`, core.giveback) than
+    the service's replica takes to load its model: the hold is there so that a ramp's
+    replicas do not wait out the grace period; research that leaves sooner than a cold
+    start barely delays them, and the hold only cost harvest and lost work there (bench,
+    research checkpointing or exiting on SIGTERM: ServeGen seed 1 97.1 -> 94.2 %)."""
     out = []
     for svc in cfg.inference:
+        if give_back_s <= svc.coldStartSeconds:
+            continue
         p = policy.get(svc.name)
         if p is None or p.trend is None or _smooth_rate(_swing(p), cfg.pool.forecast) is None:
             continue
