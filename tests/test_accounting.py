@@ -298,7 +298,7 @@ def test_reserve_floor_only_when_disabled() -> None:
     t = tracker(enabled=False)
     t.observe(0.0, 0)
     t.observe(10.0, 40)
-    assert t.reserve(10.0) == 4
+    assert t.reserve(10.0).gpus == 4
 
 
 # (samples (t, gpus), now, expected adaptive part) with window 3600 s, lead 300 s, max 16
@@ -338,7 +338,7 @@ def test_adaptive_reserve(samples: list[tuple[float, int]], now: float, expected
     for ts, g in samples:
         t.observe(float(ts), g)
     assert t.adaptive_gpus(float(now)) == expected
-    assert t.reserve(float(now)) == 4 + expected
+    assert t.reserve(float(now)).gpus == 4 + expected
 
 
 @pytest.mark.parametrize(("samples", "now", "expected"), RESERVE_NEED_CASES)
@@ -397,27 +397,27 @@ def test_the_adaptive_reserve_does_not_fall_while_a_smooth_rate_rises(
     for now, rising, expected in calls:
         if now >= 100:
             t.observe(max(100.0, float(now)), 16)
-        assert t.reserve(float(now), rising=rising) == 4 + expected, now
-        assert t.held_gpus == expected - t.adaptive_gpus(float(now)), now
+        held = expected - t.adaptive_gpus(float(now))
+        assert t.reserve(float(now), rising=rising) == (4 + expected, held), now
 
 
 def test_a_held_reserve_follows_a_reload_and_each_copy_keeps_its_own() -> None:
     t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
     t.observe(0.0, 8)
     t.observe(100.0, 20)
-    assert t.reserve(100.0) == 4 + 12
+    assert t.reserve(100.0).gpus == 4 + 12
     twin = t.copy()
-    assert twin.reserve(3701.0, rising=True) == 4 + 12  # the copy carries the held level
-    assert t.reserve(3701.0) == 4  # ... and lowering the original leaves the copy alone
-    assert twin.reserve(3702.0, rising=True) == 4 + 12
+    assert twin.reserve(3701.0, rising=True).gpus == 4 + 12  # the copy carries the held level
+    assert t.reserve(3701.0).gpus == 4  # ... and lowering the original leaves the copy alone
+    assert twin.reserve(3702.0, rising=True).gpus == 4 + 12
     twin.reconfigure(
         make_cfg([rc("a", 1)], reserve=2, adaptive={"maxGPUs": 5, "enabled": True}).pool
     )
-    assert twin.reserve(3703.0, rising=True) == 2 + 5  # a lowered maxGPUs caps what is held
+    assert twin.reserve(3703.0, rising=True).gpus == 2 + 5  # a lowered maxGPUs caps what is held
     twin.reconfigure(make_cfg([rc("a", 1)], reserve=2, adaptive={"enabled": False}).pool)
-    assert twin.reserve(3704.0, rising=True) == 2  # off: the floor only
+    assert twin.reserve(3704.0, rising=True).gpus == 2  # off: the floor only
     twin.reconfigure(make_cfg([rc("a", 1)], reserve=2, adaptive={"enabled": True}).pool)
-    assert twin.reserve(3705.0, rising=True) == 2  # back on: nothing held from before
+    assert twin.reserve(3705.0, rising=True).gpus == 2  # back on: nothing held from before
 
 
 def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
@@ -429,7 +429,7 @@ def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
     t.observe(200.0, 20)
     assert t.adaptive_gpus(200.0) == 12
     t.reconfigure(make_cfg([rc("a", 1)], reserve=1, adaptive={"maxGPUs": 5, "enabled": True}).pool)
-    assert t.reserve(200.0) == 1 + 5
+    assert t.reserve(200.0).gpus == 1 + 5
     with pytest.raises(ValueError):
         t.observe(300.0, -1)
     with pytest.raises(ValueError):

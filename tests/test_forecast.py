@@ -793,7 +793,7 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
     tracker = ReserveTracker(c.pool)
     tracker.observe(0.0, 8)
     tracker.observe(100.0, 20)
-    assert tracker.reserve(100.0) == 4 + 12
+    assert tracker.reserve(100.0).gpus == 4 + 12
     now = 3800.0  # the rise left the one-hour window at 3700 s
     pol = PolicyState(
         2,

@@ -144,8 +144,8 @@ def test_a_shorter_lead_counts_only_the_rises_within_it() -> None:
     r.observe(0.0, 8, 8)
     r.observe(300.0, 8, 8)
     r.observe(600.0, 20, 20)  # a ramp of 12 GPUs over 300 s
-    assert r.reserve(600.0) == 12
-    assert r.reserve(600.0, lead_seconds=180.0) == 0  # no rise within 180 s
+    assert r.reserve(600.0).gpus == 12
+    assert r.reserve(600.0, lead_seconds=180.0).gpus == 0  # no rise within 180 s
 
 
 # --- from Kubernetes pods --------------------------------------------------------------

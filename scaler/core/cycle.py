@@ -128,16 +128,17 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
     rising = _smooth_and_rising(cfg, policy, now, plan.seconds)
+    keep = reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds), rising=bool(rising))
     pool, research = split_pool(
         cfg,
         services,
         inp.capacity,
-        reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds), rising=bool(rising)),
+        keep.gpus,
         ready_for_research=ready,
         withhold=_withhold(cfg, services, history, settings, inp.calendar),
     )
-    if reserve.held_gpus:
-        pool = replace(pool, reserve_held_gpus=reserve.held_gpus, reserve_held_for=tuple(rising))
+    if keep.held:
+        pool = replace(pool, reserve_held_gpus=keep.held, reserve_held_for=tuple(rising))
     seq = prev.seq + 1
     decision = Decision(
         seq=seq,

@@ -28,8 +28,14 @@ Pure: the caller feeds (time, held GPUs, needed GPUs) samples with its own clock
 from __future__ import annotations
 
 from collections import deque
+from typing import NamedTuple
 
 from scaler.config import PoolConfig
+
+
+class Reserve(NamedTuple):
+    gpus: int  # GPUs to keep free now: the configured floor plus the adaptive part
+    held: int  # of those, what a rising smooth rate kept beyond the window's ask
 
 
 class ReserveTracker:
@@ -40,13 +46,12 @@ class ReserveTracker:
         self._cfg = pool.adaptiveReserve
         self._history: deque[tuple[float, int, int]] = deque()  # (time, held, needed)
         self._last = 0  # the adaptive part the last `reserve` call gave (held while rising)
-        self.held_gpus = 0  # what the last `reserve` call kept beyond the window's ask
 
     def copy(self) -> ReserveTracker:
         """An independent tracker with the same settings and history (for pure cycle steps)."""
         twin = ReserveTracker.__new__(ReserveTracker)
         twin._floor, twin._cfg, twin._history = self._floor, self._cfg, deque(self._history)
-        twin._last, twin.held_gpus = self._last, self.held_gpus
+        twin._last = self._last
         return twin
 
     def reconfigure(self, pool: PoolConfig) -> None:
@@ -98,7 +103,7 @@ class ReserveTracker:
 
     def reserve(
         self, now: float, lead_seconds: float | None = None, *, rising: bool = False
-    ) -> int:
+    ) -> Reserve:
         """GPUs to keep free now: the configured floor plus the adaptive part. `rising`: a
         smooth service's rate is climbing, so the adaptive part keeps at least what the last
         call gave (capped at maxGPUs, which a reload may have lowered)."""
@@ -106,8 +111,8 @@ class ReserveTracker:
         adaptive = asked
         if rising and self._cfg.enabled:
             adaptive = max(asked, min(self._last, self._cfg.maxGPUs))
-        self._last, self.held_gpus = adaptive, adaptive - asked
-        return self._floor + adaptive
+        self._last = adaptive
+        return Reserve(self._floor + adaptive, adaptive - asked)
 
 
 def lead(pool: PoolConfig, give_back_s: float) -> float:
