@@ -147,7 +147,8 @@ class CapacityConfig(_Model):
 
 class AdaptiveReserve(_Model):
     """Extra reserve sized from recent inference demand growth (core.reserve); it does not
-    fall while a smooth service's rate is rising."""
+    fall while a smooth service's rate is rising and research gives GPUs back slower than
+    that service's coldStartSeconds."""
 
     enabled: bool = False
     windowSeconds: Annotated[float, Field(gt=0)] = 3600.0  # trailing window of demand history
