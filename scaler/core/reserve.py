@@ -20,8 +20,9 @@ before the ramp needed them (ServeGen seed 1: the reserve fell 20 -> 8 GPUs at 2
 an hour-old rise left the window, research took them, and the ramp 5 minutes later waited
 out the 600-s grace: half the requests of that 10 minutes missed). It falls once the rate
 stops rising. core.cycle asks for the hold only where research gives GPUs back slower than
-the service's replica loads its model: research that leaves sooner hardly delays a ramp. A bursty rate's 5-minute average climbs above its 20-minute one at every
-burst, so only smooth rates hold (`pool.forecast.minRateSwing`; holding for bursty ones
+the service's replica loads its model: research that leaves sooner hardly delays a ramp.
+A bursty rate's 5-minute average climbs above its 20-minute one at every burst, so only
+smooth rates hold (`pool.forecast.minRateSwing`; holding for bursty ones
 is untried: the coding week's harvest is its tight bound).
 Pure: the caller feeds (time, held GPUs, needed GPUs) samples with its own clock.
 """
