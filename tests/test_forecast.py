@@ -753,7 +753,7 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     one; a bursty rate's averages cross at every burst and never hold it, and averages
     no measured rate has moved for longer than ramp.GAP_S (a quiet night) say nothing.
     Research that gives GPUs back within a replica's cold start holds nothing."""
-    from scaler.core.cycle import _smooth_and_rising
+    from scaler.core.cycle import _smooth_and_rising, _smooth_rate
     from scaler.core.policy import PolicyState
     from scaler.core.ramp import RateTrend
 
@@ -768,8 +768,12 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     )
     now = t0 + since_rate
     give_back = c.inference[0].coldStartSeconds + beyond_cold_start
-    assert _smooth_and_rising(c, {"chat": pol}, now, give_back) == (["chat"] if rising else [])
-    assert _smooth_and_rising(c, {}, now, give_back) == []  # no state yet: nothing to hold for
+    # What the cycle read as smooth (it sets the forecast aside on the same reading).
+    smooth = ["chat"] if _smooth_rate(swing, c.pool.forecast) is not None else []
+    assert _smooth_and_rising(c, smooth, {"chat": pol}, now, give_back) == (
+        ["chat"] if rising else []
+    )
+    assert _smooth_and_rising(c, smooth, {}, now, give_back) == []  # no state: nothing to hold
 
 
 @pytest.mark.parametrize(

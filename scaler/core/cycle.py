@@ -14,7 +14,7 @@ results in. `prev` is never changed; the returned state replaces it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -73,6 +73,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     # The pool's forecast settings in each service's calendar, once per cycle (prediction,
     # recording and research withholding all read them).
     settings = {svc.name: forecast_for(fc, svc) for svc in cfg.inference}
+    smooth: set[str] = set()  # services whose rate counts as smooth this cycle (`calm`)
     for svc in cfg.inference:
         load = aggregate(svc.name, inp.targets.get(svc.name), now, cfg.scrape.staleAfterSeconds)
         hist = prev.forecast.get(svc.name)
@@ -87,6 +88,8 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         swing = _swing(prev.policy.get(svc.name))
         # (with or without the forecast: the swing is measured for services with `slo:`)
         calm = _smooth_rate(swing, fc)  # why the rate counts as smooth (None: it swings)
+        if calm is not None:
+            smooth.add(svc.name)
         if cal is not None:
             p = forecast.predict(hist, sfc, cal, lead)
             ahead, note = _forecast_verdict(p, prev.policy.get(svc.name), fc)
@@ -127,7 +130,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
     reserve.reconfigure(cfg.pool)
     reserve.observe(now, inference_gpus(cfg, services), _needed_gpus(cfg, services))
     ready = prev.had_complete_cycle or complete
-    rising = _smooth_and_rising(cfg, policy, now, plan.seconds)
+    rising = _smooth_and_rising(cfg, smooth, policy, now, plan.seconds)
     keep = reserve.reserve(now, reserve_lead(cfg.pool, plan.seconds), rising=bool(rising))
     pool, research = split_pool(
         cfg,
@@ -196,13 +199,18 @@ def _smooth_rate(swing: float | None, fc: Forecast) -> str | None:
 
 
 def _smooth_and_rising(
-    cfg: Config, policy: Mapping[str, PolicyState], now: float, give_back_s: float
+    cfg: Config,
+    smooth: Collection[str],
+    policy: Mapping[str, PolicyState],
+    now: float,
+    give_back_s: float,
 ) -> list[str]:
-    """The services whose request rate is smooth (below `pool.forecast.minRateSwing`) and
-    rising now (its 5-minute average above its 20-minute one, core.ramp): while there is
-    one, the adaptive reserve does not fall (core.reserve). Averages without a measured
-    rate for `ramp.GAP_S` (too few requests, no data) say nothing: a quiet night must not
-    hold the reserve on the last rise it saw.
+    """The services whose request rate is smooth (`smooth`: the reading that sets the
+    forecast aside this cycle, so the two never disagree) and rising now (its 5-minute
+    average above its 20-minute one, core.ramp): while there is one, the adaptive reserve
+    does not fall (core.reserve). Averages without a measured rate for `ramp.GAP_S` (too
+    few requests, no data) say nothing: a quiet night must not hold the reserve on the last
+    rise it saw.
 
     Only where research takes longer to give GPUs back (`give_back_s`, core.giveback) than
     the service's replica takes to load its model: the hold is there so that a ramp's
@@ -214,7 +222,7 @@ def _smooth_and_rising(
         if give_back_s <= svc.coldStartSeconds:
             continue
         p = policy.get(svc.name)
-        if p is None or p.trend is None or _smooth_rate(_swing(p), cfg.pool.forecast) is None:
+        if svc.name not in smooth or p is None or p.trend is None:
             continue
         t = p.trend
         if now - t.at <= ramp.GAP_S and t.long > 0 and t.short > t.long:
