@@ -164,11 +164,12 @@ def verdict(
 ) -> tuple[SignalVerdict, SloStatus]:
     """The slo signal's verdict this cycle and the status `explain` shows. Below the ready
     count the rate's ask x is taken max(`deadband` replicas, `tolerance` x x) higher, so a
-    step down waits until the rate is clear of the count below (`policy.SMOOTH_DEADBAND`)."""
+    step down waits until the rate is clear of the count below (`policy.SMOOTH_DEADBAND`);
+    the verdict's `need` stays ceil(x), so the history and the reserve do not record it."""
     slo = svc.slo
     assert slo is not None
-    need = slo.min_requests
-    m = measure(window, need)
+    enough = slo.min_requests
+    m = measure(window, enough)
     status = SloStatus(
         ttft_s=slo.ttftSeconds,
         objective=slo.attainment,
@@ -184,13 +185,16 @@ def verdict(
     )
     value = m.attainment if m.attainment is not None else 1.0
     if m.attainment is None:
-        note = f"{m.requests:.0f} requests in {slo.windowSeconds:.0f} s < {need}: not measured"
+        note = f"{m.requests:.0f} requests in {slo.windowSeconds:.0f} s < {enough}: not measured"
         return SignalVerdict("slo", value, slo.attainment, 0, note=note), status
     base = 0
     x = None  # the rate's ask before rounding
     if capacity is not None and capacity > 0 and m.rps is not None:
         x = min(m.rps / capacity, _MAX_ASK)
         base = max(0, math.ceil(x - _EPS))
+    # What the request rate needs at the learned capacity, before the step-down margin:
+    # the margin only delays the ask's step down; the history and the reserve record the need.
+    need = base
     margin = 0.0
     if x is not None and base < load.ready:
         margin = max(deadband, tolerance * x)
@@ -198,14 +202,13 @@ def verdict(
         if wide <= base:
             margin = 0.0  # (nothing held: no note)
         base = min(load.ready, max(base, wide))
-    recent = measure(window, need, _settled_since(svc, raised_at))
+    recent = measure(window, enough, _settled_since(svc, raised_at))
     on_the_way = load.ready + load.starting
     note = f"TTFT <= {slo.ttftSeconds:g} s for {m.attainment:.2%} of {m.requests:.0f}"
     if capacity is not None:
         note += f"; capacity {capacity:.3g} req/s/replica"
     if margin > 0:
         note += f"; a step down waits until the rate is {margin:.2g} replicas clear of it"
-    need = base  # what the request rate needs at the learned capacity
     calm = None  # what the scale-down window keeps (None: `ask`)
     if breached(slo, recent):  # (measured after the last raise took effect)
         coming = load.starting > 0
