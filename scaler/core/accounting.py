@@ -54,8 +54,7 @@ def inference_gpus(cfg: Config, decisions: Mapping[str, ServiceDecision]) -> int
         d = decisions.get(svc.name)
         if d is None:
             continue
-        replicas = d.current if d.desired is None else max(d.desired, d.current)
-        total += max(0, replicas) * svc.gpusPerReplica
+        total += max(0, d.held) * svc.gpusPerReplica
     return total
 
 

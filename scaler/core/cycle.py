@@ -265,9 +265,8 @@ def _needed_gpus(cfg: Config, services: Mapping[str, ServiceDecision]) -> int:
         d = services.get(svc.name)
         if d is None:
             continue
-        held = d.current if d.desired is None else max(d.desired, d.current)
         need = _reactive_need(svc, d)
-        total += max(0, held if need is None else need) * svc.gpusPerReplica
+        total += max(0, d.held if need is None else need) * svc.gpusPerReplica
     return total
 
 
@@ -303,10 +302,9 @@ def _withhold(
             known = [x for x in wants if x is not None]
             if not known:
                 continue
-            held = d.current if d.desired is None else max(d.desired, d.current)
             want = min(svc.maxReplicas, max(known))
-            if want < _above(held, fc.minAboveLoadFraction):
+            if want < _above(d.held, fc.minAboveLoadFraction):
                 continue  # the load's own noise: withholding for it starved research (conv)
-            extra += (want - held) * svc.gpusPerReplica
+            extra += (want - d.held) * svc.gpusPerReplica
         out[c.name] = extra
     return out

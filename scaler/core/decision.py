@@ -77,6 +77,13 @@ class ServiceDecision:
     # config that lets the service hold or shrink with a backlog (policy.unread_queue_note).
     queue_note: str = ""
 
+    @property
+    def held(self) -> int:
+        """Replicas this service holds or is about to hold: the target when it is above what
+        exists, else what exists (no target: what exists). The pool's accounting, the
+        reserve's need and the research withholding all count this."""
+        return self.current if self.desired is None else max(self.desired, self.current)
+
 
 @dataclass(frozen=True, slots=True)
 class ResearchDecision:
