@@ -192,9 +192,7 @@ def verdict(
     if capacity is not None and capacity > 0 and m.rps is not None:
         x = min(m.rps / capacity, _MAX_ASK)
         base = max(0, math.ceil(x - _EPS))
-    # What the request rate needs at the learned capacity, before the step-down margin:
-    # the margin only delays the ask's step down; the history and the reserve record the need.
-    need = base
+    need = base  # what the rate needs at the learned capacity (before the margin: docstring)
     margin = 0.0
     if x is not None and base < load.ready:
         margin = max(deadband, tolerance * x)
