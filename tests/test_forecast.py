@@ -814,3 +814,70 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
     assert d.pool.reserve_held_gpus == held
     assert d.pool.reserve_held_for == (("chat",) if held else ())
     assert d.pool.headroom_gpus == 64 - d.pool.inference_gpus - 4 - held
+
+
+# (previous typical swing, the averages the cycle starts from (short, long), first tokens
+# per target this 5-s cycle (two targets; 100 in all is the objective's minRequests), the
+# reserve's hold). The previous reading carries almost no
+# weight, so this one cycle moves the swing across minRateSwing 0.1 either way.
+SWING_CROSSES = {
+    "was-smooth-now-swings-still-holds": (0.0999, (12.0, 10.0), 100.0, 12),
+    "swung-now-smooth-does-not-hold-yet": (0.1001, (10.5, 10.0), 50.0, 0),
+}
+
+
+@pytest.mark.parametrize(
+    ("swing", "averages", "per_target", "held"),
+    SWING_CROSSES.values(),
+    ids=SWING_CROSSES.keys(),
+)
+def test_the_reserve_hold_reads_the_swing_the_cycle_starts_from(
+    swing: float, averages: tuple[float, float], per_target: float, held: int
+) -> None:
+    """The reserve's hold and the forecast's setting aside read whether a rate is smooth
+    from one reading: the swing the cycle starts from (02821b7), not the one it has just
+    updated, so the two never disagree within a cycle. Here the cycle's own rate moves the
+    swing across minRateSwing; the hold follows the reading before it, and the next cycle
+    reads the new one."""
+    from scaler.core.policy import PolicyState
+    from scaler.core.ramp import RateTrend
+    from scaler.core.reserve import ReserveTracker
+    from tests.test_slo import hist
+
+    c = reserve_pool(
+        64,
+        {"leadTimeSeconds": 300, "maxGPUs": 16},
+        {"minRateSwing": 0.1},
+        {"maxReplicas": 16, "slo": {"ttftSeconds": 2}},
+        research=[{"name": "eval", "gpusPerJob": 1, "maxJobs": 64}],
+    )
+    tracker = ReserveTracker(c.pool)
+    tracker.observe(0.0, 8)
+    tracker.observe(100.0, 20)
+    assert tracker.reserve(100.0).gpus == 4 + 12
+    now = 3800.0  # the 12-GPU rise left the reserve's one-hour window at 3700 s
+    weight = 1e-6  # next to one 5-s cycle's 5.8e-5 of a day-long average
+    pol = PolicyState(
+        2,
+        now - 5.0,
+        trend=RateTrend(now - 5.0, *averages),
+        rate_swing=RateSwing(now - WARM_S - 60, now - 5.0, swing * weight, weight),
+    )
+    state = CycleState(policy={"chat": pol}, reserve=tracker)
+    s = EngineSample(0.0, 1.0, 0.1, 0.1, 0.0, 0.0, 0.0, 1.0)
+    met = hist(per_target, per_target, per_target, per_target, per_target)  # all within 2 s
+    t = [
+        TargetState(f"r{k}", TargetPhase.SERVING, s, now, ttft_delta=met, delta_s=5.0)
+        for k in range(2)
+    ]
+    d, after = step(CycleInput(c, {"chat": t}, Capacity(64), now), state)
+    # The cycle measured its objective and moved the swing across the line ...
+    new = after.policy["chat"].rate_swing
+    assert new is not None and new.typical is not None
+    assert (new.typical < 0.1) == (swing >= 0.1)
+    trend = after.policy["chat"].trend
+    assert trend is not None and trend.short > trend.long  # ... while the rate still rises
+    # ... and the hold read the swing the cycle started from.
+    assert d.pool is not None
+    assert d.pool.reserve_held_gpus == held
+    assert d.pool.reserve_held_for == (("chat",) if held else ())
