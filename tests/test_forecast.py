@@ -776,15 +776,10 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     assert _smooth_and_rising(c, smooth, {}, now, give_back) == []  # no state: nothing to hold
 
 
-@pytest.mark.parametrize(
-    ("short", "held"), [pytest.param(12.0, 12, id="rising"), pytest.param(8.0, 0, id="falling")]
-)
-def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held: int) -> None:
-    """Through core.cycle.step: an hour after a 12-GPU rise left the reserve's window, a
-    smooth service whose rate is rising keeps those 12 GPUs free (research is lent 12 fewer)
-    and the split says why; with its rate falling the reserve falls to the floor."""
-    from scaler.core.policy import PolicyState
-    from scaler.core.ramp import RateTrend
+def _an_hour_after_a_rise() -> tuple[Any, Any, float]:
+    """A 64-GPU pool with one smooth-rate service (`chat`, 4 GPUs a replica) and 1-GPU eval
+    research; its reserve tracker saw a 12-GPU rise at 100 s (the reserve then: 4 + 12),
+    and `now` is 3800 s, when that rise has left the one-hour window."""
     from scaler.core.reserve import ReserveTracker
 
     c = reserve_pool(
@@ -798,7 +793,20 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
     tracker.observe(0.0, 8)
     tracker.observe(100.0, 20)
     assert tracker.reserve(100.0).gpus == 4 + 12
-    now = 3800.0  # the rise left the one-hour window at 3700 s
+    return c, tracker, 3800.0
+
+
+@pytest.mark.parametrize(
+    ("short", "held"), [pytest.param(12.0, 12, id="rising"), pytest.param(8.0, 0, id="falling")]
+)
+def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held: int) -> None:
+    """Through core.cycle.step: an hour after a 12-GPU rise left the reserve's window, a
+    smooth service whose rate is rising keeps those 12 GPUs free (research is lent 12 fewer)
+    and the split says why; with its rate falling the reserve falls to the floor."""
+    from scaler.core.policy import PolicyState
+    from scaler.core.ramp import RateTrend
+
+    c, tracker, now = _an_hour_after_a_rise()
     pol = PolicyState(
         2,
         now - 5.0,
@@ -841,21 +849,9 @@ def test_the_reserve_hold_reads_the_swing_the_cycle_starts_from(
     reads the new one."""
     from scaler.core.policy import PolicyState
     from scaler.core.ramp import RateTrend
-    from scaler.core.reserve import ReserveTracker
     from tests.test_slo import hist
 
-    c = reserve_pool(
-        64,
-        {"leadTimeSeconds": 300, "maxGPUs": 16},
-        {"minRateSwing": 0.1},
-        {"maxReplicas": 16, "slo": {"ttftSeconds": 2}},
-        research=[{"name": "eval", "gpusPerJob": 1, "maxJobs": 64}],
-    )
-    tracker = ReserveTracker(c.pool)
-    tracker.observe(0.0, 8)
-    tracker.observe(100.0, 20)
-    assert tracker.reserve(100.0).gpus == 4 + 12
-    now = 3800.0  # the 12-GPU rise left the reserve's one-hour window at 3700 s
+    c, tracker, now = _an_hour_after_a_rise()
     weight = 1e-6  # next to one 5-s cycle's 5.8e-5 of a day-long average
     pol = PolicyState(
         2,
