@@ -826,8 +826,8 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
 
 # (previous typical swing, the averages the cycle starts from (short, long), first tokens
 # per target this 5-s cycle (two targets; 100 in all is the objective's minRequests), the
-# reserve's hold). The previous reading carries almost no
-# weight, so this one cycle moves the swing across minRateSwing 0.1 either way.
+# reserve's hold). The previous reading carries almost no weight, so this one cycle moves
+# the swing across minRateSwing 0.1 either way.
 SWING_CROSSES = {
     "was-smooth-now-swings-still-holds": (0.0999, (12.0, 10.0), 100.0, 12),
     "swung-now-smooth-does-not-hold-yet": (0.1001, (10.5, 10.0), 50.0, 0),
@@ -842,11 +842,10 @@ SWING_CROSSES = {
 def test_the_reserve_hold_reads_the_swing_the_cycle_starts_from(
     swing: float, averages: tuple[float, float], per_target: float, held: int
 ) -> None:
-    """The reserve's hold and the forecast's setting aside read whether a rate is smooth
-    from one reading: the swing the cycle starts from (02821b7), not the one it has just
-    updated, so the two never disagree within a cycle. Here the cycle's own rate moves the
-    swing across minRateSwing; the hold follows the reading before it, and the next cycle
-    reads the new one."""
+    """The reserve's hold reads whether a rate is smooth from the swing the cycle starts
+    from (02821b7: the reading that also sets the forecast aside, so the two never
+    disagree), not from the one the cycle has just updated. Here the cycle's own rate moves
+    the swing across minRateSwing, and the hold follows the reading before it."""
     from scaler.core.policy import PolicyState
     from scaler.core.ramp import RateTrend
     from tests.test_slo import hist
