@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from scaler.config import ConfigError, Forecast, parse_config
+from scaler.config import Config, ConfigError, Forecast, parse_config
 from scaler.core.accounting import Capacity, split_pool
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
 from scaler.core.forecast import DAY, History, predict, record, weekday, weekend
 from scaler.core.load import EngineSample, TargetPhase, TargetState
 from scaler.core.ramp import GAP_S, WARM_S, RateSwing
+from scaler.core.reserve import ReserveTracker
 
 FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
 MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
@@ -776,12 +777,10 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     assert _smooth_and_rising(c, smooth, {}, now, give_back) == []  # no state: nothing to hold
 
 
-def _an_hour_after_a_rise() -> tuple[Any, Any, float]:
+def _an_hour_after_a_rise() -> tuple[Config, ReserveTracker, float]:
     """A 64-GPU pool with one smooth-rate service (`chat`, 4 GPUs a replica) and 1-GPU eval
     research; its reserve tracker saw a 12-GPU rise at 100 s (the reserve then: 4 + 12),
     and `now` is 3800 s, when that rise has left the one-hour window."""
-    from scaler.core.reserve import ReserveTracker
-
     c = reserve_pool(
         64,
         {"leadTimeSeconds": 300, "maxGPUs": 16},
