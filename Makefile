@@ -12,7 +12,7 @@ help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
 	@echo "make test   - install everything tests need (venv, helm, vLLM CPU) and run them"
 	@echo "make fuzz   - the property tests and fuzzers at FUZZ_SCALE (30) times their examples, at random (~20 min)"
-	@echo "make lint   - ruff + mypy"
+	@echo "make lint   - ruff + mypy (package, tests, bench, tools, cluster scripts) + import contracts"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
 	@echo "make bench-objective - latency objective + forecast: code/conv weeks, ServeGen 3 days, forecast-off runs, ServeGen seeds 7 and 3, coding seed 2, shuffled control, the oracle's frontier beyond the default headrooms where ours lies (~85 min on 2 cores)"

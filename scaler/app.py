@@ -113,7 +113,7 @@ class Scaler:
         self.harvest = accounting.HarvestMeter(
             max_interval_seconds=max(60.0, 3 * config.scrape.intervalSeconds)
         )
-        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self.http: HealthServer | None = None
         self._started = time.monotonic()

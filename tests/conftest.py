@@ -18,6 +18,6 @@ def exposition_server() -> Iterator[Callable[[str], ExpositionServer]]:
         servers.append(s)
         return s
 
-    yield make  # type: ignore[misc]
+    yield make
     for s in servers:
         s.close()

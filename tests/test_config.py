@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "scaler" / "examples" / "pool.yaml"
 
 
-def base() -> dict:  # type: ignore[type-arg]
+def base() -> dict[str, Any]:
     return {
         "pool": {"name": "p", "capacity": {"gpus": 8}},
         "inference": [{"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["h:1"]}}],
@@ -47,8 +48,8 @@ def test_defaults_fill_everything_not_required() -> None:
     assert svc.scaleDown.stabilizationSeconds == 600.0
 
 
-def _set(d: dict, path: str, value: object) -> dict:  # type: ignore[type-arg]
-    cur = d
+def _set(d: dict[str, Any], path: str, value: object) -> dict[str, Any]:
+    cur: Any = d  # dicts and lists, by the path
     keys = path.split(".")
     for k in keys[:-1]:
         cur = cur[int(k)] if k.isdigit() else cur[k]

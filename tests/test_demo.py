@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -475,6 +476,11 @@ class FakeScaler(pb_grpc.ExternalScalerServicer):
     ) -> pb.IsActiveResponse:
         await self._check(context)
         return pb.IsActiveResponse(result=self.value > 0)
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        yield await self.IsActive(request, context)  # the driver polls; one answer is enough
 
 
 class RecordingActuator:

@@ -172,7 +172,7 @@ def test_weekday_numbers() -> None:
 )
 def test_weekend_days_are_validated(days: list[str], error: str) -> None:
     with pytest.raises(ValueError, match=error):
-        Forecast(weekendDays=days)
+        Forecast.model_validate({"weekendDays": days})  # as a values file gives them
 
 
 SAT_0300_UTC = MON + 5 * DAY + 3 * 3600  # Saturday 2024-01-06 03:00 UTC

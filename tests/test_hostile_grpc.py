@@ -33,13 +33,13 @@ class Env:
     scaler: Scaler
     running: Running
     channel: grpc.aio.Channel
-    stub: pb_grpc.ExternalScalerStub
+    stub: pb_grpc.ExternalScalerAsyncStub
 
     def open_streams(self) -> float:
         reg = self.running.metrics.registry
         return reg.get_sample_value("gpu_pool_scaler_open_streams") or 0.0
 
-    def raw(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable:
+    def raw(self, method: str) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
         return self.channel.unary_unary(SERVICE + method)  # bytes in, bytes out
 
     async def healthy(self) -> None:
@@ -150,7 +150,9 @@ async def test_raw_malformed_requests(
     env: Env, method: str, wire: bytes, code: grpc.StatusCode | None, needle: str
 ) -> None:
     if method == "StreamIsActive":
-        call = env.channel.unary_stream(SERVICE + method)(wire, timeout=5)
+        stream: grpc.aio.UnaryStreamMultiCallable[bytes, bytes]
+        stream = env.channel.unary_stream(SERVICE + method)
+        call = stream(wire, timeout=5)
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await call.read()
     elif code is None:
@@ -275,7 +277,7 @@ async def test_oversized_requests_are_resource_exhausted(env: Env, case: str) ->
             await env.stub.StreamIsActive(huge, timeout=5).read()
         else:
             await env.stub.IsActive(
-                ref(service="chat"), metadata=[("x-padding", "p" * 100_000)], timeout=5
+                ref(service="chat"), metadata=(("x-padding", "p" * 100_000),), timeout=5
             )
     assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     await env.healthy()

@@ -112,9 +112,10 @@ def test_restored_memory_decides_like_the_uninterrupted_one(min_swing: float) ->
         assert sa.slo == sb.slo and a.research == b.research
     # The parts that make the restart matter were in use.
     if min_swing:
-        a, b = restored.policy["chat"].rate_swing, st.policy["chat"].rate_swing
-        assert a is not None and b is not None and a.typical == pytest.approx(b.typical)
-        assert a.at - a.since == pytest.approx(b.at - b.since)
+        got, want = restored.policy["chat"].rate_swing, st.policy["chat"].rate_swing
+        assert got is not None and want is not None
+        assert got.typical == pytest.approx(want.typical)
+        assert got.at - got.since == pytest.approx(want.at - want.since)
         assert any("the request rate is smooth" in d.services["chat"].forecast_note for d in after)
     else:
         assert any(d.services["chat"].decided_by == "forecast" for d in after)

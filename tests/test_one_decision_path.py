@@ -180,7 +180,7 @@ async def through_server(cfg: Config, cycles: Sequence[Cycle]) -> list[Decision]
     replay = Replay(cycles)
     loop = ControlLoop(
         lambda: (cfg, 1),
-        lambda _svc: replay,  # type: ignore[arg-type, return-value]
+        lambda _svc: replay,
         replay,
         Snapshots(),
         LoopDeps(capacity=lambda _c: Capacity(POOL_GPUS)),

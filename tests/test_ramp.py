@@ -216,6 +216,12 @@ def test_a_bursty_rate_swings_more_than_a_smooth_one_and_only_once_known() -> No
 # --- through decide and the cycle -------------------------------------------------------
 
 
+def desired(d: ServiceDecision) -> int:
+    """The target, which every decision these tests compare has (None only without data)."""
+    assert d.desired is not None, d.reason
+    return d.desired
+
+
 def ramp_run(
     doubling_s: float, lead_s: float = LEAD, aside: bool = False
 ) -> list[tuple[ServiceDecision, PolicyState]]:
@@ -239,21 +245,21 @@ def ramp_run(
 def test_a_steep_ramp_raises_ahead_of_the_rate_and_explain_says_so() -> None:
     on, off = ramp_run(7200.0), ramp_run(0.0)
     d_on, d_off = on[-1][0], off[-1][0]
-    assert d_on.desired > d_off.desired
+    assert desired(d_on) > desired(d_off)
     assert d_on.decided_by == "ramp"
     assert not any(v.signal == "ramp" for v in d_off.signals)
     text = format_decision(d_on)
     assert "ramp asks" in text and "min to double the request rate" in text
     # Raised while the slo signal alone (the last window's rate) asked less.
     (slo,) = [v for v in d_on.signals if v.signal == "slo"]
-    assert slo.replicas < d_on.desired
+    assert slo.replicas < desired(d_on)
 
 
 def test_standing_aside_the_ramp_asks_nothing_and_the_averages_go_on() -> None:
     """`core.cycle` sets it aside where the forecast covers a rate that swings."""
     on, aside = ramp_run(7200.0), ramp_run(7200.0, aside=True)
     assert not any(v.signal == "ramp" for d, _ in aside for v in d.signals)
-    assert aside[-1][0].desired < on[-1][0].desired
+    assert desired(aside[-1][0]) < desired(on[-1][0])
     assert aside[-1][1].trend == on[-1][1].trend  # back in, it reads the rise at once
 
 
@@ -269,7 +275,7 @@ def test_the_projection_is_never_a_recorded_need() -> None:
 
 def test_a_longer_lead_asks_more() -> None:
     short, long = ramp_run(7200.0, lead_s=120.0), ramp_run(7200.0, lead_s=LEAD)
-    assert long[-1][0].desired > short[-1][0].desired
+    assert desired(long[-1][0]) > desired(short[-1][0])
 
 
 def test_stale_data_keeps_the_averages_and_asks_nothing_new() -> None:
@@ -278,7 +284,7 @@ def test_stale_data_keeps_the_averages_and_asks_nothing_new() -> None:
     stale = replace(make_load(None, None), complete=False, unhealthy=1)
     d2, after = decide(make_svc(), stale, st, 5.0 * 360, lead_s=LEAD)
     assert not d2.fresh and after.trend == st.trend
-    assert d2.desired is not None and d2.desired >= d.desired
+    assert desired(d2) >= desired(d)
 
 
 def test_while_the_slo_signal_holds_a_breach_the_window_keeps_the_rates_ask() -> None:
@@ -293,7 +299,7 @@ def test_while_the_slo_signal_holds_a_breach_the_window_keeps_the_rates_ask() ->
     # all met since: the slo signal holds what exists.
     missed = tuple(SloEntry(now - 250 + 5 * i, 50.0, 100.0, rate, 8) for i in range(20))
     st = replace(st, raised_at=now - 200, slo_window=missed)
-    load = make_load(MET, rate, ready=d.desired, running=rate)
+    load = make_load(MET, rate, ready=desired(d), running=rate)
     d2, _ = decide(svc, load, st, now, lead_s=LEAD)
     (slo,) = [v for v in d2.signals if v.signal == "slo"]
     (r,) = [v for v in d2.signals if v.signal == "ramp"]

@@ -15,7 +15,7 @@ from scaler.sim.engine import (
     PolicyResult,
     simulate_policy,
 )
-from scaler.sim.policies import Ours
+from scaler.sim.policies import Oracle, Ours
 from scaler.sim.scenario import (
     Calibration,
     Scenario,
@@ -157,12 +157,14 @@ def test_every_policy_starts_from_the_demand_not_the_first_headroom_swept() -> N
         pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -600.0, 1800.0)
         assert set(expand_policies(scn, ("oracle",))) == {oracle_name(h) for h in headrooms}
         starts[headrooms] = initial_replicas(pols, -600.0)
-        assert pols[oracle_name(headrooms[0])].target(-600.0) >= starts[headrooms]
+        first = pols[oracle_name(headrooms[0])]
+        assert isinstance(first, Oracle) and first.target(-600.0) >= starts[headrooms]
     # The ramp is ahead (the oracle looks one reclaim lead ahead): h = 2 asks more than h = 1.
     assert starts[(1.5,)] == starts[(1.0,)] == starts[(2.0, 1.0)]
     scn = replace(SCN, oracle_headrooms=(2.0,))
     pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -600.0, 1800.0)
-    assert pols[oracle_name(2.0)].target(-600.0) > initial_replicas(pols, -600.0)
+    double = pols[oracle_name(2.0)]
+    assert isinstance(double, Oracle) and double.target(-600.0) > initial_replicas(pols, -600.0)
 
 
 def test_measure_from_scores_only_the_later_part() -> None:

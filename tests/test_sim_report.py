@@ -15,6 +15,7 @@ from scaler.sim.engine import (
     PolicyResult,
     simulate_policy,
 )
+from scaler.sim.policies import Oracle
 from scaler.sim.report import (
     misses_by_replicas,
     oracle_at,
@@ -159,7 +160,7 @@ def test_misses_are_split_by_what_the_replicas_were_doing(
 ) -> None:
     res = run("static-peak")
     res.ttft = np.array([t for t, _ in ttft_state])
-    res.arrival = 10.0 * np.arange(len(ttft_state))
+    res.arrival = np.arange(len(ttft_state), dtype=np.float64) * 10.0
     res.replicas_at_arrival = np.array([s for _, s in ttft_state], dtype=np.int8)
     got = misses_by_replicas(res, 2.0)
     assert got == pytest.approx(
@@ -235,6 +236,7 @@ def test_oracle_frontier_from_a_run_is_non_increasing() -> None:
     pols, _ = make_policies(scn, pool_config(scn, CAL), CAL, w, -300.0, 1800.0)
     assert set(pols) >= {"oracle", "oracle×2"}
     lo, hi = pols["oracle"], pols["oracle×2"]
+    assert isinstance(lo, Oracle) and isinstance(hi, Oracle)
     assert hi.target(900.0) >= 2 * lo.target(900.0) - 1  # twice the demand, rounded up
     results = {n: run(n, scn) for n in ("oracle", "oracle×2")}
     att, env = oracle_frontier(ScenarioRun(scn, CAL, 4.0, 1, results, 4, pool_config(scn, CAL)))

@@ -192,7 +192,7 @@ TRACKER_CASES: dict[str, list[tuple[float, EngineSample | None, Buckets | None]]
         (10, sample(hist(2, 3, 3, 3, 3)), hist(1, 2, 2, 2, 2)),
     ],
     "new-process-is-reset-even-if-counts-grew": [
-        (0, sample(hist(1, 1, 1, 1, 1), start=1000.0)),
+        (0, sample(hist(1, 1, 1, 1, 1), start=1000.0), None),
         (5, sample(hist(5, 5, 5, 5, 5), start=2000.0), None),
     ],
     "histogram-appears": [
@@ -203,15 +203,16 @@ TRACKER_CASES: dict[str, list[tuple[float, EngineSample | None, Buckets | None]]
 
 
 @pytest.mark.parametrize("steps", TRACKER_CASES.values(), ids=TRACKER_CASES.keys())
-def test_tracker_histogram_deltas(steps: list[Any]) -> None:
+def test_tracker_histogram_deltas(
+    steps: list[tuple[float, EngineSample | None, Buckets | None]],
+) -> None:
     tracker = TargetTracker()
     ep = [Endpoint("a:1", TargetPhase.SERVING)]
-    for step in steps:
-        at, s = step[0], step[1]
-        expected = step[2] if len(step) > 2 else None
-        results = {} if s is None else {"a:1": ok("a:1", at, s)}
+    for at, s, expected in steps:
         if s is None:
             results = {"a:1": ScrapeResult(ScrapeJob("a:1"), None, "timeout", at, 2.0, "timeout")}
+        else:
+            results = {"a:1": ok("a:1", at, s)}
         (state,) = tracker.update("chat", ep, results)
         assert state.ttft_delta == expected, f"t={at}"
         if expected is not None:  # the interval since the previous good sample
@@ -919,5 +920,6 @@ def test_stale_data_keeps_the_slo_memory() -> None:
     (_, st), *_ = run(svc, [bad])
     stale = replace(bad, complete=False, unhealthy=1, ttft=None)
     d, after = decide(svc, stale, st, 5.0)
-    assert not d.fresh and d.desired is not None and d.desired >= st.desired  # type: ignore[operator]
+    assert not d.fresh and d.desired is not None and st.desired is not None
+    assert d.desired >= st.desired
     assert after.slo_window == st.slo_window and after.learned == st.learned

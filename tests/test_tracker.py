@@ -178,7 +178,10 @@ def test_scrape_outcome_changes_are_logged_once_each(caplog: pytest.LogCaptureFi
     tracker.update("svc", eps, {A: failed(10, A)})
     tracker.update("svc", eps, {A: ok(15, sample(0, 0))})
     tracker.update("svc", eps, {A: ok(20, sample(0, 0))})
-    lines = [(r.levelname, r.getMessage(), r.service, r.target) for r in caplog.records]
+    # The context is in the records' extra attributes (LogRecord does not declare them).
+    lines = [
+        (r.levelname, r.getMessage(), vars(r)["service"], vars(r)["target"]) for r in caplog.records
+    ]
     assert [(lvl, msg.split(":")[0]) for lvl, msg, _, _ in lines] == [
         ("WARNING", "scrape failing"),
         ("INFO", "scrape recovered"),

@@ -16,6 +16,7 @@ import argparse
 import csv
 import datetime as dt
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ SIM_DATA = ROOT / "scaler" / "sim" / "data"
 TEST_DATA = ROOT / "tests" / "data"
 
 
-def _write(path: Path, header: list[str], rows: list[list[object]]) -> None:
+def _write(path: Path, header: list[str], rows: Sequence[Sequence[object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")

@@ -40,9 +40,11 @@ class RejectUndecodable(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or not method.startswith(self._prefix):
@@ -52,7 +54,7 @@ class RejectUndecodable(grpc.aio.ServerInterceptor):
             return handler
         name = method.rsplit("/", 1)[-1]
         if handler.unary_unary is not None:
-            inner: Any = handler.unary_unary  # grpc-stubs type handlers as sync only
+            inner: Any = handler.unary_unary  # the stubs type handlers as sync only
 
             async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
                 request = await _decode(deserialize, raw, name, context)

@@ -147,6 +147,6 @@ def server_credentials(
     reloader = CertificateReloader(tls, on_reload)
     return grpc.dynamic_ssl_server_credentials(
         reloader.initial,
-        reloader,  # type: ignore[arg-type]  # grpc-stubs omit the documented None (no change)
+        reloader,  # type: ignore[arg-type]  # the stubs omit the documented None (no change)
         require_client_authentication=tls.clientCAFile is not None,
     )
