@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from rich.console import Console
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
@@ -40,6 +41,7 @@ from scaler.demo.queue import (
 )
 from scaler.demo.run import run
 from scaler.demo.scenario import Params, parse_args, research_classes
+from scaler.demo.view import summary_table
 from scaler.research.model import DONE, QUEUED, REQUEUED, RUNNING
 from scaler.sim.kube import JobState, ResearchClassSpec
 from scaler.sim.pods import RepState
@@ -755,6 +757,42 @@ def test_work_queue_drains_at_night_and_refills_when_the_morning_preempts(day: D
     )
     frames = (out / "frames.txt").read_text()
     assert "work queue (simulated)" in frames
+
+
+QUEUE_SUMMARY = {
+    "simulated": True,
+    "seed_hours": 10.0,
+    "classes": {
+        "eval": {
+            "done": 19,
+            "submitted": 40,
+            "queued": 3,
+            "requeued": 1,
+            "running": 4,
+            "preempted_requeued": 2,
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("queue", "label"),
+    [
+        pytest.param(QUEUE_SUMMARY, "research Jobs completed (workers; items below)", id="queue"),
+        pytest.param(None, "research Jobs completed", id="no-queue"),
+    ],
+)
+def test_the_summary_says_a_job_is_a_worker_when_items_are_queued(
+    queue: dict[str, object] | None, label: str
+) -> None:
+    """With the queue a Job is a worker that may do many items or none, so its count is not
+    the items done (8 Jobs, 19 items here); the summary's label says so."""
+    console = Console(record=True, width=120)
+    console.print(summary_table({"research_jobs_completed": 8, "research_queue": queue}))
+    text = console.export_text()
+    (row,) = [line for line in text.splitlines() if "research Jobs completed" in line]
+    assert [cell.strip() for cell in row.strip("│ ").split("│")] == [label, "8"]
+    assert ("19/40" in text) == (queue is not None)
 
 
 async def test_no_queue_keeps_the_never_ending_backlog(tmp_path: Path) -> None:

@@ -199,6 +199,12 @@ def summary_table(summary: dict[str, object]) -> Table:
     t = Table(title="gpu-pool-scaler demo: summary", show_header=False)
     t.add_column("what")
     t.add_column("value", justify="right")
+    queue = summary.get("research_queue")
+    # With the queue a Job is a worker: it takes item after item and leaves when a take
+    # gets nothing (no item waits, or the items running fill its class's slots). Its count
+    # is not the items done: one worker may do many, and with the queue empty KEDA still
+    # starts the free slots' worth of Jobs, which do none (docs/demo.md).
+    jobs = "research Jobs completed" + (" (workers; items below)" if queue else "")
     for key, label in (
         ("sim_hours", "simulated hours"),
         ("requests", "requests"),
@@ -207,7 +213,7 @@ def summary_table(summary: dict[str, object]) -> Table:
         ("max_inference_replicas", "inference replicas, max"),
         ("research_gpu_hours", "research GPU-hours harvested"),
         ("research_gpu_hours_lost", "research GPU-hours lost to preemption"),
-        ("research_jobs_completed", "research Jobs completed"),
+        ("research_jobs_completed", jobs),
         ("preemptions", "preemptions"),
         ("grpc_calls", "gRPC calls (driver)"),
         ("scaler_grpc_requests", "gRPC requests (scaler's /metrics)"),
@@ -219,7 +225,6 @@ def summary_table(summary: dict[str, object]) -> Table:
         else:
             s = "–" if v is None else f"{v:,}" if isinstance(v, int) else str(v)
         t.add_row(label, s)
-    queue = summary.get("research_queue")
     if isinstance(queue, dict) and isinstance(queue.get("classes"), dict):
         t.add_row("work queue (simulated)", "done/seeded wait run requeued")
         for name, c in queue["classes"].items():
