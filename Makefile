@@ -26,6 +26,8 @@ help:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	# A venv made before 9e58523 has grpc-stubs, whose stub folder types-grpcio also writes.
+	$(PY) -m pip uninstall --quiet --quiet --yes grpc-stubs
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $@
 
