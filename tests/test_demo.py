@@ -778,7 +778,7 @@ QUEUE_SUMMARY = {
 @pytest.mark.parametrize(
     ("queue", "label"),
     [
-        pytest.param(QUEUE_SUMMARY, "research Jobs completed (workers; items below)", id="queue"),
+        pytest.param(QUEUE_SUMMARY, "research Jobs (workers) completed", id="queue"),
         pytest.param(None, "research Jobs completed", id="no-queue"),
     ],
 )
@@ -786,11 +786,12 @@ def test_the_summary_says_a_job_is_a_worker_when_items_are_queued(
     queue: dict[str, object] | None, label: str
 ) -> None:
     """With the queue a Job is a worker that may do many items or none, so its count is not
-    the items done (8 Jobs, 19 items here); the summary's label says so."""
-    console = Console(record=True, width=120)
+    the items done (8 Jobs, 19 items here); the summary's label says so, on one line of an
+    80-column terminal (the width rich falls back to without one, as under `make run`)."""
+    console = Console(record=True, width=80)
     console.print(summary_table({"research_jobs_completed": 8, "research_queue": queue}))
     text = console.export_text()
-    (row,) = [line for line in text.splitlines() if "research Jobs completed" in line]
+    (row,) = [line for line in text.splitlines() if "research Jobs" in line]
     assert [cell.strip() for cell in row.strip("│ ").split("│")] == [label, "8"]
     assert ("19/40" in text) == (queue is not None)
 
