@@ -16,8 +16,10 @@ from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import ServiceDecision
 from scaler.core.forecast import DAY, History, predict, record, weekday, weekend
 from scaler.core.load import EngineSample, TargetPhase, TargetState
-from scaler.core.ramp import GAP_S, WARM_S, RateSwing
+from scaler.core.policy import PolicyState
+from scaler.core.ramp import GAP_S, WARM_S, RateSwing, RateTrend
 from scaler.core.reserve import ReserveTracker
+from tests.test_slo import hist
 
 FC = Forecast(enabled=True, slotSeconds=600, historyDays=21, minHistoryDays=1, fitHours=2)
 MON = 19_723 * DAY  # Monday 2024-01-01 00:00 UTC (Unix day 19723)
@@ -755,8 +757,6 @@ def test_the_reserve_holds_only_for_a_smooth_rate_that_rises(
     no measured rate has moved for longer than ramp.GAP_S (a quiet night) say nothing.
     Research that gives GPUs back within a replica's cold start holds nothing."""
     from scaler.core.cycle import _smooth_and_rising, _smooth_rate
-    from scaler.core.policy import PolicyState
-    from scaler.core.ramp import RateTrend
 
     c = forecast_pool({"minRateSwing": 0.1}, slo={"ttftSeconds": 2})
     t0 = MON + 3 * DAY  # the last measured rate folded in
@@ -802,9 +802,6 @@ def test_a_cycle_keeps_the_reserve_while_a_smooth_rate_rises(short: float, held:
     """Through core.cycle.step: an hour after a 12-GPU rise left the reserve's window, a
     smooth service whose rate is rising keeps those 12 GPUs free (research is lent 12 fewer)
     and the split says why; with its rate falling the reserve falls to the floor."""
-    from scaler.core.policy import PolicyState
-    from scaler.core.ramp import RateTrend
-
     c, tracker, now = _an_hour_after_a_rise()
     pol = PolicyState(
         2,
@@ -845,10 +842,6 @@ def test_the_reserve_hold_reads_the_swing_the_cycle_starts_from(
     from (02821b7: the reading that also sets the forecast aside, so the two never
     disagree), not from the one the cycle has just updated. Here the cycle's own rate moves
     the swing across minRateSwing, and the hold follows the reading before it."""
-    from scaler.core.policy import PolicyState
-    from scaler.core.ramp import RateTrend
-    from tests.test_slo import hist
-
     c, tracker, now = _an_hour_after_a_rise()
     weight = 1e-6  # next to one 5-s cycle's 5.8e-5 of a day-long average
     pol = PolicyState(

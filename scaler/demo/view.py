@@ -203,8 +203,8 @@ def summary_table(summary: dict[str, object]) -> Table:
     # With the queue a Job is a worker: it takes item after item and leaves when a take
     # gets nothing (no item waits, or the items running fill its class's slots). Its count
     # is not the items done: one worker may do many, and with the queue empty KEDA still
-    # starts the free slots' worth of Jobs, which do none (docs/demo.md).
-    # (Short enough for the first column of an 80-column terminal.)
+    # starts the free slots' worth of Jobs, which do none (docs/demo.md). The label fits
+    # the first column of an 80-column terminal.
     jobs = "research Jobs (workers) completed" if queue else "research Jobs completed"
     for key, label in (
         ("sim_hours", "simulated hours"),
