@@ -37,6 +37,7 @@ from scaler.ingest.scrape_worker import ProcessScraper
 from scaler.ingest.state_store import ConfigMapStateStore, FileStateStore, StateStore
 from scaler.loop import ControlLoop, LoopDeps, ScrapeAll
 from scaler.reload import ConfigHolder
+from scaler.research.depth import QueueReader, RedisQueueDepth
 from scaler.serve.grpc_api import ExternalScalerServicer
 from scaler.serve.grpc_decode import RejectUndecodable
 from scaler.serve.http_api import HealthServer
@@ -70,6 +71,9 @@ class Options:
     scrape_in_worker: bool = True
     # Save the policy memory to server.stateFile / stateConfigMap (`explain` only reads it).
     write_state: bool = True
+    # Reads the work queues of research classes with a `queue` (default: Redis, from each
+    # class's queue.urlFile); the demo passes its simulated queue.
+    queue_reader: QueueReader | None = None
 
 
 @dataclass
@@ -108,6 +112,7 @@ class Scaler:
         self._node_capacity: NodeCapacityWatcher | None = None
         self._node_capacity_key: tuple[object, ...] | None = None
         self._hpa: HpaChecker | None = None
+        self._queue_depth: RedisQueueDepth | None = None
         self._hpa_period = 0.0
         # A gap longer than a few cycles is not counted as lent (we do not know it was).
         self.harvest = accounting.HarvestMeter(
@@ -144,9 +149,14 @@ class Scaler:
                 harvest=self.harvest,
                 state=self._state_store(),
                 save_state=self.options.write_state,
+                queue=self.options.queue_reader or self._redis_queues(),
             ),
             self.metrics,
         )
+
+    def _redis_queues(self) -> QueueReader:
+        self._queue_depth = RedisQueueDepth()
+        return self._queue_depth
 
     def _state_store(self) -> StateStore | None:
         server = self.holder.current()[0].server  # read at start; a reload does not move it
@@ -411,6 +421,8 @@ class Scaler:
             self._node_capacity.stop()
         if self._kube_discovery is not None:
             self._kube_discovery.close()
+        if self._queue_depth is not None:
+            self._queue_depth.close()
         if self.http is not None:
             self.http.stop()
 

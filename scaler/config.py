@@ -495,6 +495,17 @@ class InferenceService(_Model):
         return self
 
 
+class ResearchQueue(_Model):
+    """The class is fed by the work queue (docs/research-queue.md): the scaler reads the
+    class's outstanding items (waiting + leased) and answers KEDA min(slots, items), so an
+    empty queue starts no Job. No answer from Redis: 0 slots (research fails closed)."""
+
+    # File holding the queue's redis:// URL (a mounted Secret); re-read when it changes.
+    urlFile: Annotated[str, Field(min_length=1)]  # required
+    prefix: Annotated[str, Field(min_length=1)] = "gps"  # key prefix: <prefix>:q:<class>
+    timeoutSeconds: Annotated[float, Field(gt=0)] = 2.0  # per read (connect + reply)
+
+
 class ResearchClass(_Model):
     name: Name  # required; the ScaledJob trigger's `researchClass` metadata
     gpusPerJob: Annotated[int, Field(ge=1)]  # required
@@ -506,6 +517,7 @@ class ResearchClass(_Model):
     # it can save something before inference takes them back. 0 = the Jobs checkpoint on
     # SIGTERM within the grace period (the chart's contract): no forecast gate.
     checkpointIntervalSeconds: Annotated[float, Field(ge=0)] = 0.0
+    queue: ResearchQueue | None = None  # set: Jobs only for queued items (see ResearchQueue)
 
 
 def forecast_for(fc: Forecast, svc: InferenceService) -> Forecast:

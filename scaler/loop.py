@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -20,11 +20,12 @@ from scaler.config import Config, InferenceService
 from scaler.core import memory
 from scaler.core.accounting import Capacity, HarvestMeter
 from scaler.core.cycle import CycleInput, CycleState, step
-from scaler.core.decision import Decision
+from scaler.core.decision import Decision, QueueRead
 from scaler.core.load import Endpoint, ScrapeJob, ScrapeResult, TargetState
 from scaler.core.tracker import TargetTracker
 from scaler.ingest.discovery import Discovery
 from scaler.ingest.state_store import StateStore
+from scaler.research.depth import QueueReader
 from scaler.serve.metrics import ScalerMetrics
 from scaler.serve.snapshot import Snapshots
 
@@ -46,6 +47,9 @@ class LoopDeps:
     # (a one-shot `explain` reads the server's memory but never writes it).
     state: StateStore | None = None
     save_state: bool = True
+    # Research classes with a `queue`: their outstanding items, read beside the scrape
+    # (None: not read, so those classes get 0 slots).
+    queue: QueueReader | None = None
 
 
 class ControlLoop:
@@ -101,7 +105,9 @@ class ControlLoop:
                     itl=svc.slo is not None and svc.slo.itlSeconds is not None,
                 )
                 jobs.append((svc.name, job))
-        results = await self._scraper.scrape_all([j for _, j in jobs])
+        results, queued = await asyncio.gather(
+            self._scraper.scrape_all([j for _, j in jobs]), self._read_queues(cfg)
+        )
 
         by_service: dict[str, dict[str, ScrapeResult]] = {s.name: {} for s in cfg.inference}
         for (service, _), res in zip(jobs, results, strict=True):
@@ -119,7 +125,14 @@ class ControlLoop:
         now = self._clock()
         wall = self._wall()
         inp = CycleInput(
-            cfg, targets, self._deps.capacity(cfg), now, wall, generation, calendar=wall
+            cfg,
+            targets,
+            self._deps.capacity(cfg),
+            now,
+            wall,
+            generation,
+            calendar=wall,
+            queued=queued,
         )
         result, self._state = step(inp, self._state)
         self._log_changes(result)
@@ -137,6 +150,16 @@ class ControlLoop:
         self._metrics.cycle_duration.observe(self._clock() - started)
         self.last_cycle_at = self._clock()
         return result
+
+    async def _read_queues(self, cfg: Config) -> Mapping[str, QueueRead]:
+        reader = self._deps.queue
+        if reader is None or not any(c.queue is not None for c in cfg.research):
+            return {}
+        try:
+            return await reader.read(cfg)
+        except Exception:  # a bug here must not stop inference scaling: research gets 0
+            log.exception("work queue read failed; queue-fed classes get 0 slots")
+            return {}
 
     async def _restore(self, cfg: Config) -> None:
         store = self._deps.state

@@ -8,7 +8,7 @@ import pytest
 
 from scaler.config import Config, ResearchClass, parse_config
 from scaler.core.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
-from scaler.core.decision import ServiceDecision, replica_room
+from scaler.core.decision import QueueRead, ServiceDecision, replica_room
 from scaler.core.reserve import ReserveTracker
 
 
@@ -141,6 +141,71 @@ def test_split_reason_names_the_limit() -> None:
     assert split.headroom_gpus == 6
     assert research["capped"].slots == 1 and "capped at maxJobs 1" in research["capped"].reason
     assert research["big"].slots == 0 and "5 GPU(s) left < 8 per Job" in research["big"].reason
+
+
+Q = {"urlFile": "/run/queue/url"}
+# Headroom 60 (64 GPUs − chat 1 × 4): queue-fed class `q` (1 GPU, maxJobs 8) beside `b`
+# (2 GPUs). (queue read of q, q's slots, b's slots, words in q's reason)
+QUEUE_CASES = [
+    pytest.param(QueueRead(3), 3, 28, "capped at 3 queued item(s)", id="fewer-items-than-slots"),
+    pytest.param(QueueRead(0), 0, 30, "capped at 0 queued item(s)", id="empty-queue-no-job"),
+    pytest.param(QueueRead(500), 8, 26, "capped at maxJobs 8", id="more-items-than-maxJobs"),
+    pytest.param(
+        QueueRead(None, "cannot reach Redis"),
+        0,
+        30,
+        "work queue unread (cannot reach Redis)",
+        id="unread-fails-closed",
+    ),
+    pytest.param(None, 0, 30, "work queue unread (not read yet)", id="never-read-fails-closed"),
+]
+
+
+@pytest.mark.parametrize(("read", "q_slots", "b_slots", "why"), QUEUE_CASES)
+def test_a_queue_fed_class_gets_no_more_jobs_than_items_and_the_rest_goes_on(
+    read: QueueRead | None, q_slots: int, b_slots: int, why: str
+) -> None:
+    cfg = make_cfg([rc("q", 1, maxJobs=8, queue=Q), rc("b", 2)])
+    queued = {} if read is None else {"q": read}
+    split, research = split_pool(
+        cfg, {"chat": sd("chat", 1, 1)}, Capacity(64), 0, ready_for_research=True, queued=queued
+    )
+    assert (research["q"].slots, research["b"].slots) == (q_slots, b_slots)
+    assert why in research["q"].reason
+    assert research["q"].queued_items == (None if read is None else read.items)
+    assert (research["q"].queue_error is None) == (read is not None and read.items is not None)
+    assert research["b"].queued_items is None and research["b"].queue_error is None
+    assert split.research_gpus == q_slots + 2 * b_slots
+
+
+def test_a_class_without_a_queue_ignores_queue_reads() -> None:
+    cfg = make_cfg([rc("a", 1, maxJobs=8)])
+    _, research = split_pool(
+        cfg,
+        {"chat": sd("chat", 1, 1)},
+        Capacity(64),
+        0,
+        ready_for_research=True,
+        queued={"a": QueueRead(0)},
+    )
+    assert research["a"].slots == 8 and research["a"].queued_items is None
+
+
+def test_a_failing_pool_still_shows_the_queue_read() -> None:
+    cfg = make_cfg([rc("q", 1, queue=Q)])
+    queued = {"q": QueueRead(4)}
+    chat = {"chat": sd("chat", 1, 1)}
+    split, research = split_pool(cfg, chat, None, 0, ready_for_research=True, queued=queued)
+    assert split.fail_closed == "pool capacity unknown"
+    assert research["q"].slots == 0 and research["q"].queued_items == 4
+
+
+@pytest.mark.parametrize(
+    ("items", "error"), [(None, None), (3, "boom"), (-1, None)], ids=["neither", "both", "negative"]
+)
+def test_a_queue_read_is_items_or_an_error(items: int | None, error: str | None) -> None:
+    with pytest.raises(ValueError):
+        QueueRead(items, error)
 
 
 INFERENCE_CASES = [

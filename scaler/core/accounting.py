@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scaler.config import Config, ResearchClass
-from scaler.core.decision import PoolSplit, ResearchDecision, ServiceDecision
+from scaler.core.decision import PoolSplit, QueueRead, ResearchDecision, ServiceDecision
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +123,7 @@ def split_pool(
     *,
     ready_for_research: bool,
     withhold: Mapping[str, int] | None = None,
+    queued: Mapping[str, QueueRead] | None = None,
 ) -> tuple[PoolSplit, dict[str, ResearchDecision]]:
     """The pool split and each research class's total slots (KEDA subtracts running Jobs).
 
@@ -131,6 +132,10 @@ def split_pool(
     usual, then capped so that for each class c, the GPUs lent to c and to every class with
     a checkpoint interval at least as long fit in headroom − withhold[c]: a Job is started
     only where it can save a checkpoint before it would be preempted. Only ever lowers.
+
+    `queued` (per class with a `queue`): its outstanding items cap its Jobs like a lower
+    maxJobs, so the GPUs an empty queue cannot use go to the other classes; a class whose
+    queue was not read (absent from `queued`, or an error) gets 0 slots.
     """
     if reserve_gpus < 0:
         raise ValueError(f"reserve_gpus must be >= 0, got {reserve_gpus}")
@@ -141,23 +146,31 @@ def split_pool(
     reason = _fail_closed_reason(cfg, decisions, capacity, ready_for_research)
     free = capacity.free_by_node if capacity is not None else None
 
+    reads = {c.name: _queue_read(c, queued) for c in cfg.research}
     research: dict[str, ResearchDecision] = {}
     if reason is not None:
         for c in cfg.research:
-            research[c.name] = ResearchDecision(c.name, 0, c.gpusPerJob, f"fail closed: {reason}")
+            research[c.name] = _with_queue(
+                ResearchDecision(c.name, 0, c.gpusPerJob, f"fail closed: {reason}"), reads[c.name]
+            )
         split = PoolSplit(
             total, inf, reserve_gpus, foreign, headroom, 0, fail_closed=reason, free_by_node=free
         )
         return split, research
 
-    slots = allocate(list(cfg.research), headroom)
+    slots = allocate([_queue_capped(c, reads[c.name]) for c in cfg.research], headroom)
     withheld = _withhold(cfg, slots, headroom, withhold or {})
     used = sum(slots[c.name] * c.gpusPerJob for c in cfg.research)
     left = headroom - used
     for c in cfg.research:
         n = slots[c.name]
+        read = reads[c.name]
         if c.maxJobs == 0:
             why = "maxJobs is 0"
+        elif read is not None and read.items is None:
+            why = f"work queue unread ({read.error}): no Job without queued work"
+        elif read is not None and read.items is not None and n >= read.items < c.maxJobs:
+            why = f"capped at {read.items} queued item(s) (waiting + leased)"
         elif n >= c.maxJobs:
             why = f"capped at maxJobs {c.maxJobs}"
         elif headroom == 0:
@@ -173,13 +186,16 @@ def split_pool(
                 f"{(withhold or {}).get(c.name, 0)} more GPU(s) within its "
                 f"{c.checkpointIntervalSeconds:.0f} s checkpoint interval"
             )
-        research[c.name] = ResearchDecision(
-            c.name,
-            n,
-            c.gpusPerJob,
-            f"{n} × {c.gpusPerJob} GPU(s) of {headroom} headroom (priority {c.priority},"
-            f" weight {c.weight:g}); {why}",
-            withheld_slots=withheld[c.name],
+        research[c.name] = _with_queue(
+            ResearchDecision(
+                c.name,
+                n,
+                c.gpusPerJob,
+                f"{n} × {c.gpusPerJob} GPU(s) of {headroom} headroom (priority {c.priority},"
+                f" weight {c.weight:g}); {why}",
+                withheld_slots=withheld[c.name],
+            ),
+            read,
         )
     held_back = sum(withheld[c.name] * c.gpusPerJob for c in cfg.research)
     split = PoolSplit(
@@ -194,6 +210,26 @@ def split_pool(
         free_by_node=free,
     )
     return split, research
+
+
+def _queue_read(c: ResearchClass, queued: Mapping[str, QueueRead] | None) -> QueueRead | None:
+    """The class's queue read; None for a class without a queue."""
+    if c.queue is None:
+        return None
+    read = (queued or {}).get(c.name)
+    return read if read is not None else QueueRead(None, "not read yet")
+
+
+def _queue_capped(c: ResearchClass, read: QueueRead | None) -> ResearchClass:
+    if read is None:
+        return c
+    return c.model_copy(update={"maxJobs": min(c.maxJobs, read.items or 0)})
+
+
+def _with_queue(r: ResearchDecision, read: QueueRead | None) -> ResearchDecision:
+    if read is None:
+        return r
+    return replace(r, queued_items=read.items, queue_error=read.error)
 
 
 def _withhold(

@@ -22,7 +22,7 @@ from scaler.config import Config, Forecast, InferenceService, forecast_for
 from scaler.core import forecast, giveback, ramp
 from scaler.core.accounting import Capacity, inference_gpus, split_pool
 from scaler.core.aggregate import aggregate
-from scaler.core.decision import Decision, ServiceDecision, SignalVerdict
+from scaler.core.decision import Decision, QueueRead, ServiceDecision, SignalVerdict
 from scaler.core.forecast import History
 from scaler.core.giveback import GiveBack
 from scaler.core.load import TargetState
@@ -43,6 +43,9 @@ class CycleInput:
     # Wall-clock Unix seconds for the forecast's time of day / day of week (the server: its
     # clock; the bench: simulated). None: the forecast is unavailable (reactive only).
     calendar: float | None = None
+    # Per research class with a `queue`: this cycle's read of it (absent: not read; the
+    # class gets 0 slots).
+    queued: Mapping[str, QueueRead] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ def step(inp: CycleInput, prev: CycleState) -> tuple[Decision, CycleState]:
         keep.gpus,
         ready_for_research=ready,
         withhold=_withhold(cfg, services, history, settings, inp.calendar),
+        queued=inp.queued,
     )
     if keep.held:
         pool = replace(pool, reserve_held_gpus=keep.held, reserve_held_for=tuple(rising))

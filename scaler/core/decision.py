@@ -92,6 +92,25 @@ class ResearchDecision:
     gpus_per_job: int
     reason: str
     withheld_slots: int = 0  # slots the forecast held back (inference needs the GPUs soon)
+    # A class fed by the work queue (config `queue`): its items waiting + leased, which cap
+    # its slots; None with `queue_error` set: unread, 0 slots. Both None: no queue.
+    queued_items: int | None = None
+    queue_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRead:
+    """One read of a research class's work queue: outstanding items (waiting + leased), or
+    why there is no number (`items` None). Never a 0 made up for a failed read."""
+
+    items: int | None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.items is None) == (self.error is None):
+            raise ValueError("a QueueRead has items or an error, not both or neither")
+        if self.items is not None and self.items < 0:
+            raise ValueError(f"negative item count {self.items}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,8 +185,16 @@ class DecisionCollector(Collector):
                         sig_value.add_metric([name, v.signal], v.value)
                     sig_replicas.add_metric([name, v.signal], v.replicas)
         slots = fam("research_slots", "Total research Job slots per class.", ("research_class",))
+        items = fam(
+            "research_queue_items",
+            "Outstanding work-queue items (waiting + leased) of each queue-fed research class; "
+            "absent while its queue is unread (the class then gets 0 slots).",
+            ("research_class",),
+        )
         for name, r in d.research.items():
             slots.add_metric([name], r.slots)
+            if r.queued_items is not None:
+                items.add_metric([name], r.queued_items)
         pool_gpus = fam(
             "pool_gpus",
             "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research; "
@@ -233,4 +241,4 @@ class DecisionCollector(Collector):
         if d.pool is not None and d.pool.free_by_node is not None and d.config is not None:
             for svc in d.config.inference:
                 room.add_metric([svc.name], replica_room(d.pool.free_by_node, svc.gpusPerReplica))
-        yield from (slots, pool_gpus, known, room, give_back, last)
+        yield from (slots, items, pool_gpus, known, room, give_back, last)

@@ -1,0 +1,116 @@
+"""The scaler's read of the work queue: each queue-fed class's outstanding items.
+
+A class with `queue` in the config gets no more slots than it has items waiting or leased
+(core.accounting), so KEDA starts no Job for an empty queue. This module is the I/O: per
+class, LLEN `<prefix>:q:<class>` and ZCARD `<prefix>:leases:<class>` in one MULTI (an item
+moving from the list to the leases between two separate reads would count 0 or 2 times).
+Expired leases still count: the next worker's take requeues them (scripts.TAKE).
+
+A read that fails gives the error, never a 0: the class then gets 0 slots because its
+queue is unknown (fail closed), and explain says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+import redis
+
+from scaler.config import Config, ResearchClass, ResearchQueue
+from scaler.core.decision import QueueRead
+from scaler.research.model import InputError
+from scaler.research.redisconn import connect, describe
+
+log = logging.getLogger("scaler.research.depth")
+
+
+class QueueReader(Protocol):
+    async def read(self, cfg: Config) -> Mapping[str, QueueRead]:
+        """One read per research class with a `queue`, keyed by class name."""
+        ...
+
+
+class RedisQueueDepth:
+    """Reads the queues on Redis, a blocking client per URL used from worker threads (the
+    classes are read concurrently, each within its `timeoutSeconds`)."""
+
+    def __init__(self, client_for: Callable[[str, float], redis.Redis] | None = None) -> None:
+        self._client_for = client_for or (lambda url, t: connect(url, timeout_s=t))
+        self._clients: dict[tuple[str, float], redis.Redis] = {}
+        self._errors: dict[str, str] = {}  # class -> last error logged (once per change)
+
+    async def read(self, cfg: Config) -> dict[str, QueueRead]:
+        classes = [c for c in cfg.research if c.queue is not None]
+        reads = await asyncio.gather(*(asyncio.to_thread(self._read, c) for c in classes))
+        self._forget_unused(classes)
+        out = {c.name: r for c, r in zip(classes, reads, strict=True)}
+        for name, r in out.items():
+            self._log(name, r)
+        return out
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def _read(self, c: ResearchClass) -> QueueRead:
+        q = c.queue
+        assert q is not None
+        try:
+            url = _url(q)
+            client = self._client(url, q.timeoutSeconds)
+        except InputError as e:
+            return QueueRead(None, str(e))
+        try:
+            pipe = client.pipeline(transaction=True)
+            pipe.llen(f"{q.prefix}:q:{c.name}")
+            pipe.zcard(f"{q.prefix}:leases:{c.name}")
+            waiting, leased = pipe.execute()
+            return QueueRead(int(waiting) + int(leased))
+        except (redis.exceptions.RedisError, OSError, ValueError, TypeError) as e:
+            return QueueRead(None, describe(e, url))
+
+    def _client(self, url: str, timeout_s: float) -> redis.Redis:
+        key = (url, timeout_s)
+        if key not in self._clients:
+            self._clients[key] = self._client_for(url, timeout_s)
+        return self._clients[key]
+
+    def _forget_unused(self, classes: list[ResearchClass]) -> None:
+        """Close the clients of URLs no class uses any more (a reload, a rotated password)."""
+        used: set[tuple[str, float]] = set()
+        for c in classes:
+            assert c.queue is not None
+            try:
+                used.add((_url(c.queue), c.queue.timeoutSeconds))
+            except InputError:
+                continue
+        for key in set(self._clients) - used:
+            self._clients.pop(key).close()
+
+    def _log(self, name: str, r: QueueRead) -> None:
+        before = self._errors.get(name)
+        if r.error is not None and r.error != before:
+            log.warning(
+                "work queue unread, class gets 0 slots: %s", r.error, extra={"research_class": name}
+            )
+            self._errors[name] = r.error
+        elif r.error is None and before is not None:
+            log.info("work queue read again (%s items)", r.items, extra={"research_class": name})
+            del self._errors[name]
+
+
+def _url(q: ResearchQueue) -> str:
+    """The URL from `urlFile`, read every time: a rotated Secret takes effect on its own."""
+    try:
+        text = Path(q.urlFile).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise InputError(f"queue.urlFile {q.urlFile}: cannot read: {why}") from None
+    if not text:
+        raise InputError(f"queue.urlFile {q.urlFile} is empty")
+    return text

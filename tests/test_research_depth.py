@@ -1,0 +1,235 @@
+"""The scaler reads the work queue (real redis-server): a queue-fed class gets no more
+slots than items waiting or leased, an empty queue gets none, and an unread queue gets 0
+with the reason, never a made-up count. Then the same through the whole scaler: gRPC
+answers and explain."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from scaler.app import Options, Running, Scaler
+from scaler.config import Config, load_config, parse_config
+from scaler.research.depth import RedisQueueDepth
+from scaler.research.queue import WorkQueue
+from scaler.research.redisconn import connect
+from tests.support.exposition import ExpositionServer
+from tests.support.paths import FIXTURES
+from tests.support.redisserver import RedisServer, running_redis
+from tests.support.scaler import Client, wait_for, write_config
+
+PASSWORD = "depth-pw-1"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from running_redis(tmp_path, password=PASSWORD)
+
+
+@pytest.fixture
+def queue(redis_server: RedisServer) -> Iterator[WorkQueue]:
+    client = connect(redis_server.url)
+    q = WorkQueue(client)
+    q.update_classes(add=["train", "eval"])
+    yield q
+    client.close()
+
+
+def url_file(tmp_path: Path, url: str) -> Path:
+    p = tmp_path / "queue-url"
+    p.write_text(url + "\n")
+    return p
+
+
+def cfg_with(url_path: Path, prefix: str = "gps") -> Config:
+    return parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 8}},
+            "research": [
+                {
+                    "name": "train",
+                    "gpusPerJob": 1,
+                    "queue": {"urlFile": str(url_path), "prefix": prefix},
+                },
+                {"name": "plain", "gpusPerJob": 1},
+            ],
+        }
+    )
+
+
+async def test_counts_waiting_and_leased_items_of_the_class(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue
+) -> None:
+    depth = RedisQueueDepth()
+    cfg = cfg_with(url_file(tmp_path, redis_server.url))
+    assert (await depth.read(cfg))["train"].items == 0
+    for n in range(3):
+        queue.submit("train", {"N": str(n)})
+    queue.submit("eval", {"N": "x"})  # another class's item does not count
+    lease = queue.take("train", token="t1", worker="w1", lease_ms=60_000, slots=None).lease
+    assert lease is not None
+    reads = await depth.read(cfg)
+    assert set(reads) == {"train"}  # the class without a queue is not read
+    assert (reads["train"].items, reads["train"].error) == (3, None)  # 2 waiting + 1 leased
+    assert queue.finish(lease, "done").status == "ok"
+    assert (await depth.read(cfg))["train"].items == 2
+    depth.close()
+
+
+async def test_another_prefix_is_another_queue(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue
+) -> None:
+    queue.submit("train", {"N": "1"})
+    depth = RedisQueueDepth()
+    reads = await depth.read(cfg_with(url_file(tmp_path, redis_server.url), prefix="other"))
+    assert reads["train"].items == 0
+    depth.close()
+
+
+# (what the URL file holds or None for no file, words in the error)
+UNREAD_CASES = [
+    pytest.param("wrong-password", "refused the credentials", id="wrong-password"),
+    pytest.param("stopped", "cannot reach Redis", id="server-down"),
+    pytest.param(None, "queue.urlFile", id="no-url-file"),
+    pytest.param("", "is empty", id="empty-url-file"),
+    pytest.param("http://example.com", "is not a Redis URL", id="not-a-redis-url"),
+]
+
+
+@pytest.mark.parametrize(("case", "words"), UNREAD_CASES)
+async def test_an_unread_queue_gives_the_reason_never_a_count(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue, case: str | None, words: str
+) -> None:
+    queue.submit("train", {"N": "1"})
+    url = redis_server.url
+    if case == "wrong-password":
+        url = url.replace(PASSWORD, "nope")
+    elif case == "stopped":
+        redis_server.stop()
+    elif case is not None:
+        url = case
+    path = url_file(tmp_path, url) if case is not None else tmp_path / "missing"
+    depth = RedisQueueDepth()
+    read = (await depth.read(cfg_with(path)))["train"]
+    assert read.items is None
+    assert read.error is not None and words in read.error
+    assert PASSWORD not in read.error and "nope" not in read.error
+    depth.close()
+
+
+async def test_a_rotated_url_file_is_used_on_the_next_read(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue
+) -> None:
+    made: list[tuple[str, redis.Redis]] = []
+
+    def client_for(url: str, timeout_s: float) -> redis.Redis:
+        made.append((url, connect(url, timeout_s=timeout_s)))
+        return made[-1][1]
+
+    depth = RedisQueueDepth(client_for)
+    path = url_file(tmp_path, redis_server.url.replace(PASSWORD, "old"))
+    cfg = cfg_with(path)
+    assert (await depth.read(cfg))["train"].error is not None
+    assert (await depth.read(cfg))["train"].error is not None
+    assert len(made) == 1  # one client per URL, kept between reads
+    path.write_text(redis_server.url)
+    assert (await depth.read(cfg))["train"].items == 0
+    assert [u for u, _ in made] == [redis_server.url.replace(PASSWORD, "old"), redis_server.url]
+    depth.close()
+
+
+# -- the whole scaler ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def scaler_env(
+    tmp_path: Path,
+    exposition_server: Callable[[str], ExpositionServer],
+    redis_server: RedisServer,
+) -> AsyncIterator[tuple[Client, Path, Running]]:
+    target = exposition_server((FIXTURES / "metrics_after_load.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    url = url_file(tmp_path, redis_server.url)
+    data["research"] = [
+        {"name": "train", "gpusPerJob": 1, "maxJobs": 100, "queue": {"urlFile": str(url)}},
+        {"name": "eval", "gpusPerJob": 1, "maxJobs": 100},
+    ]
+    path.write_text(yaml.safe_dump(data))
+    scaler = Scaler(
+        load_config(path),
+        Options(str(path), grpc_port=0, metrics_port=0, host="127.0.0.1", reload_seconds=0.1),
+    )
+    running = await scaler.start()
+    client = Client(running.grpc_port)
+    yield client, path, running
+    await client.channel.close()
+    await scaler.shutdown(running)
+
+
+async def answers(client: Client, train: int, eval_: int) -> None:
+    async def both() -> tuple[int, int]:
+        return await client.value(researchClass="train"), await client.value(researchClass="eval")
+
+    seen: list[tuple[int, int]] = []
+
+    async def check() -> bool:
+        seen.append(await both())
+        return seen[-1] == (train, eval_)
+
+    for _ in range(100):
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"wanted (train, eval) = {(train, eval_)}, last answers {seen[-3:]}")
+
+
+async def test_keda_is_told_the_items_not_the_free_slots(
+    scaler_env: tuple[Client, Path, Running], queue: WorkQueue, redis_server: RedisServer
+) -> None:
+    client, path, _ = scaler_env
+    # 64 GPUs − 1 replica × 4 − reserve 4 = 56 one-GPU slots. An empty queue: none for
+    # train, so KEDA starts no Job that would find nothing; eval (no queue) gets them all.
+    await answers(client, 0, 56)
+    for n in range(3):
+        queue.submit("train", {"N": str(n)})
+    await answers(client, 3, 53)
+    # The explain of the running config says why (a one-shot: reads Redis itself).
+    explain = [sys.executable, "-m", "scaler", "explain", "--config", str(path)]
+    done = await asyncio.to_thread(
+        subprocess.run, explain, capture_output=True, text=True, timeout=60, check=True
+    )
+    out = done.stdout
+    assert "research train: 3 slot(s) × 1 GPU(s)" in out, out
+    assert "capped at 3 queued item(s) (waiting + leased)" in out, out
+    assert "work queue: 3 item(s) waiting or leased" in out, out
+    # Redis goes away: train fails closed (never a count kept from before), eval unchanged.
+    redis_server.stop()
+    await answers(client, 0, 56)
+
+
+async def test_the_queue_read_is_in_the_metrics(
+    scaler_env: tuple[Client, Path, Running], queue: WorkQueue
+) -> None:
+    client, _, running = scaler_env
+    queue.submit("train", {"N": "1"})
+    await answers(client, 1, 55)
+
+    def metric() -> str:
+        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return str(r.read().decode())
+
+    await wait_for(
+        lambda: 'gpu_pool_scaler_research_queue_items{research_class="train"} 1.0' in metric()
+    )
+    assert 'research_queue_items{research_class="eval"}' not in metric()
