@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import os
@@ -53,6 +54,7 @@ from scaler.sim.kube import research_priorities
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 from tests.support.pki import make_pki
+from tests.support.redisserver import RedisServer, running_redis
 from tests.support.tools import ensure_tool
 
 pytestmark = pytest.mark.helm
@@ -1782,22 +1784,30 @@ def test_queue_class_gets_redis_trigger_auth_and_the_worker(
             "strategy": "default",
             "multipleScalersCalculation": "min",
         }
-        # Queue first and always active, ours last (see ours()): Jobs <= slots, 0 slots → 0.
-        redis_trigger, scaler_trigger = spec["triggers"]
-        assert scaler_trigger == ours(sj)
-        assert redis_trigger["type"] == "redis" and "metricType" not in redis_trigger
-        # The worker's key layout (docs/research-queue.md): waiting ids in <prefix>:q:<class>.
-        assert redis_trigger["metadata"] == {
-            "address": q["redis"]["address"],
-            "listName": f"{q['prefix']}:q:{rc['name']}",
-            "listLength": "1",
-            "activationListLength": "-1",
-            "databaseIndex": str(q["redis"]["databaseIndex"]),
-        }
-        ta = tas[(rc["namespace"], redis_trigger["authenticationRef"]["name"])]
-        assert ta["spec"]["secretTargetRef"] == [
-            {"parameter": "password", "name": q["redis"]["secretName"], "key": "password"}
-        ]
+        redis_ta = (rc["namespace"], f"{RELEASE}-gpu-pool-scaler-{rc['name']}-redis")
+        if q["scaler"]["secretName"]:
+            # The scaler counts the items (test_scaler_reads_the_queue_...): its trigger alone,
+            # and KEDA gets no Redis password.
+            (scaler_trigger,) = spec["triggers"]
+            assert scaler_trigger == ours(sj)
+            assert redis_ta not in tas
+        else:
+            # Queue first and always active, ours last (see ours()): Jobs <= slots, 0 slots → 0.
+            redis_trigger, scaler_trigger = spec["triggers"]
+            assert scaler_trigger == ours(sj)
+            assert redis_trigger["type"] == "redis" and "metricType" not in redis_trigger
+            # The worker's key layout (docs/research-queue.md): waiting ids in <prefix>:q:<class>.
+            assert redis_trigger["metadata"] == {
+                "address": q["redis"]["address"],
+                "listName": f"{q['prefix']}:q:{rc['name']}",
+                "listLength": "1",
+                "activationListLength": "-1",
+                "databaseIndex": str(q["redis"]["databaseIndex"]),
+            }
+            assert redis_trigger["authenticationRef"]["name"] == redis_ta[1]
+            assert tas[redis_ta]["spec"]["secretTargetRef"] == [
+                {"parameter": "password", "name": q["redis"]["secretName"], "key": "password"}
+            ]
 
         c = _container(sj)
         pod = sj["spec"]["jobTargetRef"]["template"]["spec"]
@@ -1903,6 +1913,75 @@ def test_queue_with_trigger_authentication_reuses_kedas_secret_and_network_polic
     notes = _notes(helm, f)
     assert "WARNING: no researchQueue.worker.checkpointVolume" in notes
     assert "list gps:q:eval on redis.research.svc:6379" in notes
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    yield from running_redis(tmp_path, password="chart-pw-1")
+
+
+def test_scaler_reads_the_queue_through_a_mounted_secret(
+    helm: Helm, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """researchQueue.scaler: the Secret (release namespace) is mounted as a file, the config
+    points the class's queue.urlFile at it, egress reaches Redis, and the real reader counts
+    the items through a file laid out as kubelet lays out the Secret's `items`."""
+    from scaler.research.depth import RedisQueueDepth
+    from scaler.research.queue import WorkQueue
+    from scaler.research.redisconn import connect
+
+    values = _merge(
+        _merge(MINIMAL, _queue_class()),
+        {
+            "researchQueue": {"scaler": {"secretName": "scaler-redis", "urlKey": "redis-url"}},
+            "networkPolicy": {
+                "enabled": True,
+                "egress": {"enabled": True, "apiServer": {"cidrs": ["10.0.0.1/32"]}},
+            },
+        },
+    )
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump(values))
+    docs = helm.render(f)
+    cfg = loaded_config(docs, tmp_path)
+    q = cfg.research[0].queue
+    assert q is not None and q.prefix == "gps"
+    assert q.urlFile == "/var/run/gpu-pool-scaler/queue/eval/url"
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert volumes["queue-0"]["secret"]["secretName"] == "scaler-redis"
+    assert volumes["queue-0"]["secret"]["items"] == [{"key": "redis-url", "path": "url"}]
+    assert mounts["queue-0"] == {
+        "name": "queue-0",
+        "mountPath": "/var/run/gpu-pool-scaler/queue/eval",
+        "readOnly": True,
+    }
+    egress = one(docs, "NetworkPolicy")["spec"]["egress"]
+    assert {"ports": [{"port": 6379, "protocol": "TCP"}]} in egress
+    assert objs(docs, "TriggerAuthentication") == []  # KEDA needs no Redis password
+    assert "the scaler counts its items" in _notes(helm, f)
+
+    # The mount as kubelet writes it: <mountPath>/<items[].path> holds the Secret's value.
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    (mount / "url").write_text(redis_server.url)
+    mounted = q.model_copy(update={"urlFile": str(mount / "url")})
+    local = cfg.model_copy(
+        update={"research": [cfg.research[0].model_copy(update={"queue": mounted})]}
+    )
+    client = connect(redis_server.url)
+    wq = WorkQueue(client, prefix=q.prefix)
+    wq.update_classes(add=["eval"])
+    for n in range(2):
+        wq.submit("eval", {"N": str(n)})
+    depth = RedisQueueDepth()
+    try:
+        read = asyncio.run(depth.read(local))["eval"]
+    finally:
+        depth.close()
+        client.close()
+    assert (read.items, read.error) == (2, None)
 
 
 # ---------------------------------------------------------------- bad values ----
@@ -2489,7 +2568,9 @@ SCHEMA_DRIFT: list[tuple[str, tuple[str, ...], type[BaseModel], set[str]]] = [
     ("scale-down", ("inference", "[]", "scaleDown"), cfgmod.ScaleDown, set()),
     ("slo", ("inference", "[]", "slo"), cfgmod.Slo, set()),
     ("calendar", ("inference", "[]", "calendar"), cfgmod.Calendar, set()),
-    ("research", ("research", "[]"), cfgmod.ResearchClass, RESEARCH_CHART_KEYS),
+    # `queue` in both: the values' is the chart's (researchQueue's shape); the config's
+    # (urlFile, prefix) is derived from it (test_scaler_reads_the_queue_...).
+    ("research", ("research", "[]"), cfgmod.ResearchClass, RESEARCH_CHART_KEYS - {"queue"}),
 ]
 
 

@@ -256,6 +256,17 @@ authenticationRef:
 {{- mustMergeOverwrite (deepCopy $root.Values.researchQueue) (deepCopy (default dict $rc.queue)) | toJson }}
 {{- end }}
 
+{{/* "true" when the scaler reads this queue itself (its `scaler.secretName`): the class's
+     ScaledJob then has the scaler's trigger alone. Argument: the merged queue (gps.queue). */}}
+{{- define "gps.scalerReadsQueue" -}}
+{{- if and .enabled (.scaler).secretName }}true{{ end }}
+{{- end }}
+
+{{/* Where the scaler's pod mounts a class's queue URL Secret. Argument: the class name. */}}
+{{- define "gps.queueUrlDir" -}}
+/var/run/gpu-pool-scaler/queue/{{ . }}
+{{- end }}
+
 {{/* A key's value or a default, where 0/false/"" are real values (unlike `default`). */}}
 {{- define "gps.get" -}}
 {{- $m := index . 0 }}{{- $k := index . 1 }}{{- $d := index . 2 }}
@@ -388,7 +399,12 @@ authenticationRef:
 {{- end }}
 {{- $research := list }}
 {{- range .Values.research }}
-{{- $research = append $research (omit . "scaledJob" "namespace" "queue") }}
+{{- $r := omit . "scaledJob" "namespace" "queue" }}
+{{- $q := include "gps.queue" (list $ .) | fromJson }}
+{{- if include "gps.scalerReadsQueue" $q }}
+{{- $_ := set $r "queue" (dict "urlFile" (printf "%s/url" (include "gps.queueUrlDir" .name)) "prefix" $q.prefix) }}
+{{- end }}
+{{- $research = append $research $r }}
 {{- end }}
 {{- /* adaptiveReserve.leadTimeSeconds unset: cover a replica's arrival through research,
        the longest research grace period (a preempted research pod may hold its GPUs that
