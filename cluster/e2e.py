@@ -26,7 +26,8 @@ Writes out/e2e/report.json (per scenario: passed, figures, error) and tears ever
 down, also on failure (--keep leaves the cluster up for debugging). Exit 0 only when every
 scenario passed.
 
-  7 queue      a class fed by the work queue: KEDA runs min(queued items, slots) Jobs.
+  7 queue      a class fed by the work queue, which the scaler reads: no Job for an empty
+               queue with free GPUs, then min(queued items, slots) Jobs.
   5 tls        mTLS between KEDA and the scaler with the chart's TLS values.
   8 preemption-order  two more kwok nodes (their own label, outside the pool): research
                pods of three classes at the PriorityClass values the chart gives them,
@@ -315,9 +316,11 @@ def values(
         # grace period not above queue.worker.reportSeconds, 20 s by default).
         sj = {**research["scaledJob"], "job": {"terminationGracePeriodSeconds": 30}}
         research = {**research, "name": "train", "queue": {"enabled": True}, "scaledJob": sj}
+        # researchQueue.scaler: the scaler counts the queue's items (its trigger alone).
         queue = {
             "researchQueue": {
-                "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"}
+                "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"},
+                "scaler": {"secretName": "scaler-redis"},
             }
         }
     out: dict[str, Any] = {
@@ -490,6 +493,7 @@ class Ctx:
     pool_gpus: int
     cleanup: list[Callable[[], object]] = field(default_factory=list)
     redis_port: int | None = None  # set by scenario 7
+    queue_dir: Path | None = None  # scenario 7: where the queue URL files are (kubelet's part)
 
 
 def create_inference_deployment(api: Api) -> None:
@@ -753,8 +757,9 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
 
 def s7_queue(c: Ctx) -> dict[str, Any]:
     """A queued class on the real KEDA: `helm upgrade` swaps class eval for class train fed
-    by the work queue (KEDA's redis trigger + ours, `min`); items are submitted with the
-    real WorkQueue; KEDA must run min(queued items, the scaler's slots) Jobs. (kwok runs no
+    by the work queue, which the scaler reads itself (researchQueue.scaler: its trigger
+    alone). With the queue EMPTY and free GPUs, KEDA must start no Job; items submitted with
+    the real WorkQueue then get min(queued items, the free slots) Jobs. (kwok runs no
     container, so gpu-pool-worker itself does not run here: tests/test_research_* and
     tests/test_chart.py run it against the real scaler and Redis.)"""
     from scaler.research.queue import WorkQueue
@@ -791,13 +796,18 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     api.core.create_namespaced_secret(
         NS, {"metadata": {"name": "research-redis"}, "stringData": {"password": password}}
     )
+    # The scaler's Secret (release namespace): the queue's URL, which the chart mounts at
+    # /var/run/gpu-pool-scaler/queue/train/url; here a file laid out the same way.
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
+    api.core.create_namespaced_secret(
+        NS, {"metadata": {"name": "scaler-redis"}, "stringData": {"url": url}}
+    )
+    queue_dir = c.vfile.parent / "queue" / "train"
+    queue_dir.mkdir(parents=True, exist_ok=True)
+    (queue_dir / "url").write_text(url)
+    c.queue_dir = queue_dir.parent
     c.farm.rps = LOW_RPS
     wait("inference back at 1 replica", lambda: api.deploy_replicas() == 1, 240)
-    # Items first: KEDA 2.20 starts the slots' worth of Jobs for an EMPTY queue (its `min`
-    # takes the next trigger's value over a 0, cluster/README.md), and kwok runs no worker
-    # that would find the queue empty and end them.
-    for n in range(3):
-        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
     c.redis_port = port
     c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0, port)))
     # The scaler learns class train BEFORE KEDA sees its ScaledJob. The other order is a
@@ -811,14 +821,14 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULL
     ]
     gen = scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0
-    c.config_file.write_text(cm["data"]["config.yaml"])
+    c.config_file.write_text(local_config(c, cm["data"]["config.yaml"]))
     wait(
         "the scaler reloads the config with class train",
         lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) > gen,
         60,
     )
     c.helm.install(c.vfile, upgrade=True)
-    c.config_file.write_text(c.helm.config())
+    c.config_file.write_text(local_config(c, c.helm.config()))
     # Class eval is gone: its Jobs go with its ScaledJob (owner references), or by hand.
     from kubernetes.client.exceptions import ApiException
 
@@ -836,6 +846,38 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     def train_jobs() -> list[Any]:
         return [j for j in api.jobs() if j.metadata.name.startswith(f"{FULL}-train-")]
 
+    (sj,) = [
+        o
+        for o in api.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledjobs")[
+            "items"
+        ]
+        if o["metadata"]["name"] == f"{FULL}-train"
+    ]
+    if [t["type"] for t in sj["spec"]["triggers"]] != ["external"]:
+        raise Failed(f"ScaledJob train triggers {sj['spec']['triggers']}: want the scaler's alone")
+
+    def train_metric(name: str) -> float | None:
+        return scaler_metric(c.metrics_port, f"gpu_pool_scaler_{name}{{", 'research_class="train"')
+
+    # The empty queue: free GPUs, 0 items, so 0 slots, and KEDA starts nothing over
+    # several polls (pollingInterval 5 s). Before the scaler read the queue, KEDA 2.20
+    # started the slots' worth of Jobs here (its `min` skips the inactive redis trigger).
+    wait(
+        "the scaler reads train's empty queue",
+        lambda: train_metric("research_queue_items") == 0,
+        60,
+    )
+    headroom = scaler_metric(c.metrics_port, "gpu_pool_scaler_pool_gpus{", 'part="headroom"')
+    if not headroom or headroom < GPUS_PER_JOB:
+        raise Failed(f"headroom {headroom} GPUs: the empty-queue check needs free GPUs")
+    if train_metric("research_slots") != 0:
+        raise Failed(f"{train_metric('research_slots')} slots for an empty queue")
+    wait("KEDA has polled ScaledJob train", lambda: keda_polled(api, f"{FULL}-train"), 60)
+    time.sleep(20)
+    if train_jobs():
+        raise Failed(f"{len(train_jobs())} Jobs for an empty queue ({headroom:g} GPUs free)")
+    for n in range(3):
+        q.submit("train", {"SHARD": str(n)}, submitter="e2e")
     t0 = time.monotonic()
     wait("3 Jobs for 3 queued items", lambda: len(train_jobs()) >= 3, 120)
     t_first = time.monotonic() - t0
@@ -861,6 +903,8 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         raise Failed(f"{n_jobs} train Jobs for {slots} slots")
     g = api.running_gpus().get(f"{FULL}-research", 0)
     return {
+        "jobs_for_empty_queue": 0,
+        "headroom_gpus_while_empty": headroom,
         "queued_items": 3 + 2 * slots,
         "slots": slots,
         "jobs": n_jobs,
@@ -870,6 +914,21 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         "research_gpus_running": g,
         "keda_list": client.llen("gps:q:train"),
     }
+
+
+def local_config(c: Ctx, config: str) -> str:
+    """The chart's config.yaml with the paths the chart mounts Secrets at moved to the
+    files this harness lays out the same way (kubelet's part)."""
+    if c.queue_dir is not None:
+        config = config.replace("/var/run/gpu-pool-scaler/queue/", f"{c.queue_dir}/")
+    return config
+
+
+def keda_polled(api: Api, name: str) -> bool:
+    """KEDA's operator reconciled the ScaledJob and runs its scale loop (Ready True)."""
+    o = api.custom.get_namespaced_custom_object("keda.sh", "v1alpha1", NS, "scaledjobs", name)
+    conds = {x["type"]: x.get("status") for x in (o.get("status") or {}).get("conditions", [])}
+    return conds.get("Ready") == "True"
 
 
 def s5_tls(c: Ctx) -> dict[str, Any]:
@@ -905,6 +964,7 @@ def s5_tls(c: Ctx) -> dict[str, Any]:
     config = c.helm.config()
     if "/var/run/gpu-pool-scaler/tls/" not in config:
         raise Failed("the chart's config has no TLS file paths")
+    config = local_config(c, config)
     c.config_file.write_text(config.replace("/var/run/gpu-pool-scaler/tls/", f"{tls_dir}/"))
     c.scaler.stop()
     t0 = time.monotonic()
