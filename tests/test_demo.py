@@ -40,7 +40,7 @@ from scaler.demo.queue import (
     seed_items,
 )
 from scaler.demo.run import run
-from scaler.demo.scenario import Params, parse_args, research_classes
+from scaler.demo.scenario import MIN_PERIOD_S, Params, parse_args, research_classes
 from scaler.demo.view import summary_table
 from scaler.research.model import DONE, QUEUED, REQUEUED, RUNNING
 from scaler.sim.kube import JobState, ResearchClassSpec
@@ -181,7 +181,8 @@ def test_preempted_item_returns_to_the_front_with_its_checkpoint_and_completes_o
     q = c.queue
     assert q is not None
     c.start_with(1, 0.0)  # 4 GPUs for inference, 4 free: room for one finetune Job
-    assert c.scaled_job_poll("finetune", 1.0, 0.0) == 1  # min(1 slot, 2 waiting) − 0 Jobs
+    assert q.outstanding("finetune") == 2  # what the scaler reads: 2 items, 1 Job fits
+    assert c.scaled_job_poll("finetune", 1.0, 0.0) == 1  # its answer 1 − 0 Jobs
     c.step(0.0, 1.0, idle)  # bound at 1 s: takes the front item; useful work from 11 s
     assert (big.state, small.state, big.attempts) == (RUNNING, QUEUED, 1)
 
@@ -229,13 +230,12 @@ def test_preempted_item_returns_to_the_front_with_its_checkpoint_and_completes_o
         t += 10.0
     assert small.state == DONE
     assert [e.t for e in c.events if e.kind == "item-done"][1] == pytest.approx(done.t + 500.0)
-    # Then its take gets nothing: the worker exits, the Job completes. Nothing waits, yet
-    # KEDA (2.20.2, seen in cluster/e2e.py) starts the slots' worth of Jobs for an empty
-    # queue (`keda_min`): their workers find nothing and end, on idle GPUs only.
+    # Then its take gets nothing: the worker exits, the Job completes. Nothing is left for
+    # the scaler to count, so it answers 0 and no new Job starts.
     (exit_,) = [e for e in c.events if e.kind == "worker-exit"]
     assert exit_.detail == {"why": "queue empty", "items": 2}
     assert c.jobs_in(JobState.DONE, "finetune") == 1 and c.jobs_created == 1
-    assert c.scaled_job_poll("finetune", 1.0, t) == 1
+    assert q.outstanding("finetune") == 0
     assert [(qc.queued, qc.requeued, qc.running, qc.done) for qc in q.counts()] == [
         (0, 0, 0, 0),
         (0, 0, 0, 2),
@@ -260,26 +260,34 @@ def test_worker_takes_the_next_item_only_while_the_class_has_a_slot() -> None:
     assert exit_.detail == {"why": "0 slots", "items": 1}
 
 
-@pytest.mark.parametrize(
-    ("slots", "items", "want_jobs"),
-    [
-        pytest.param(5.0, 2, 2, id="fewer-items-than-slots"),
-        pytest.param(1.0, 3, 1, id="fewer-slots-than-items"),
-        pytest.param(0.0, 3, 0, id="no-slot"),
-        # KEDA's min skips a 0 that comes first (keda_min): an empty queue takes the slots
-        pytest.param(4.0, 0, 4, id="no-item-keda-starts-the-slots"),
-    ],
-)
-def test_scaled_job_target_is_kedas_min_of_waiting_items_and_slots(
-    slots: float, items: int, want_jobs: int
-) -> None:
-    c = make_cluster(
-        pool_gpus=64, items=[SimItem(f"e-{i}", "eval", 1, 600.0) for i in range(items)]
+async def test_the_scaler_reads_the_items_waiting_and_running_of_each_queued_class() -> None:
+    from scaler.config import parse_config
+    from scaler.demo.queue import SimQueueReader
+
+    items = [SimItem(f"e-{i}", "eval", 1, 600.0) for i in range(3)]
+    c = make_cluster(pool_gpus=64, items=[*items, SimItem("f-1", "finetune", 4, 600.0)])
+    q = c.queue
+    assert q is not None
+    queued = {"urlFile": "unused"}
+    cfg = parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 64}},
+            "research": [
+                {"name": "eval", "gpusPerJob": 1, "queue": queued},
+                {"name": "finetune", "gpusPerJob": 4},  # not queue-fed: not read
+            ],
+        }
     )
+    reader = SimQueueReader()
+    assert await reader.read(cfg) == {}  # nothing published: no read, never a 0
     c.start_with(1, 0.0)
-    assert c.scaled_job_poll("eval", slots, 0.0) == want_jobs
-    # Without the queue: the slots alone (the bench's never-ending backlog).
-    assert make_cluster(pool_gpus=64).scaled_job_poll("eval", slots, 0.0) == int(slots)
+    assert c.scaled_job_poll("eval", 1.0, 0.0) == 1
+    c.step(0.0, 1.0, idle)  # one item taken: 2 waiting + 1 running
+    reader.publish(q)
+    reads = await reader.read(cfg)
+    assert set(reads) == {"eval"}
+    assert (reads["eval"].items, reads["eval"].error) == (3, None)
+    assert (q.waiting("eval"), q.running("eval")) == (2, 1)
 
 
 @pytest.mark.parametrize("why", ["no-slot", "queue-empty"])
@@ -638,6 +646,46 @@ def test_demo_lends_at_night_and_gives_back_when_traffic_rises(day: DemoRun) -> 
     assert "time of day" in (out / "frames.txt").read_text()
 
 
+def test_a_drained_queue_starts_no_more_jobs(tmp_path: Path) -> None:
+    """Little work, early hours: the eval queue drains with GPUs still free. The scaler
+    counts the items, so KEDA's driver starts no Job for the class after its last item
+    (before, KEDA's `min` started the slots' worth every poll, whose workers exited)."""
+    out = tmp_path / "demo"
+    p = parse_args(
+        [
+            "--day-seconds", "40", "--hours", "4", "--start-hour", "2", "--pool-gpus", "32",
+            "--queue-hours", "0.5", "--no-live", "--out", str(out),
+        ]
+    )  # fmt: skip
+    summary = asyncio.run(run(p))
+    queue = summary["research_queue"]
+    assert isinstance(queue, dict)
+    classes: dict[str, dict[str, int]] = queue["classes"]
+    events = read_events(out)
+    drained = [c for c, v in classes.items() if v["done"] == v["total"]]
+    assert drained, f"no class drained, nothing to test: {classes}"
+    # The scaler's read and KEDA's poll can each be one period old when the last item
+    # ends (periods of MIN_PERIOD_S real seconds at this compression): one more poll may
+    # still start a Job whose worker finds nothing; none after that.
+    settle = 3 * MIN_PERIOD_S * p.compression
+    for c in drained:
+        last = max(e["t"] for e in events if e["kind"] == "item-done" and e["subject"] == c)
+        later = [
+            e
+            for e in events
+            if e["kind"] == "jobs-created" and e["subject"] == c and e["t"] > last + settle
+        ]
+        assert later == [], (c, last, later)
+    empty = [
+        e
+        for e in events
+        if e["kind"] == "worker-exit"
+        and e["detail"]["items"] == 0
+        and e["detail"]["why"] == "queue empty"
+    ]
+    assert len(empty) <= 4, empty  # one poll's worth (eval's 4 slots), not one per poll
+
+
 def read_queue(out: Path) -> dict[str, list[dict[str, float]]]:
     """queue.csv by class, in time order."""
     by: dict[str, list[dict[str, float]]] = {}
@@ -744,14 +792,24 @@ def test_work_queue_drains_at_night_and_refills_when_the_morning_preempts(day: D
             counts[k] for k in ("queued", "requeued", "running", "done")
         ]
     assert sum(c["done"] for c in classes.values()) > 0
-    # KEDA's min: a ScaledJob never asks for more Jobs than waiting items or slots.
-    for e in events:
-        if e["kind"] == "jobs-created":
-            d = e["detail"]
-            # KEDA's min as it really is (keda_min): never above the slots; above the
-            # waiting items only for an empty queue.
-            assert d["n"] <= d["slots"], e
-            assert d["waiting"] == 0 or d["n"] <= d["waiting"], e
+    # The scaler counts the items: never more Jobs than its slots, and few workers that
+    # find the queue empty (a Job started as the last items finish). With KEDA's queue
+    # trigger beside the scaler's, an empty queue started the free slots' worth every
+    # poll: 849 of 854 Jobs in the default day (docs/demo.md). (A preempted Job's new pod
+    # that finds 0 slots takes nothing too: that is the fail-closed check, counted apart.)
+    created = [e["detail"] for e in events if e["kind"] == "jobs-created"]
+    assert created
+    for d in created:
+        assert d["n"] <= d["slots"], d
+    jobs = sum(d["n"] for d in created)
+    found_empty = [
+        e
+        for e in events
+        if e["kind"] == "worker-exit"
+        and e["detail"]["items"] == 0
+        and e["detail"]["why"] == "queue empty"
+    ]
+    assert len(found_empty) <= max(3, jobs // 5), (jobs, found_empty)
     assert summary["research_jobs_took_nothing"] == sum(
         c["jobs_took_nothing"] for c in classes.values()
     )
@@ -843,23 +901,3 @@ def test_ctrl_c_stops_cleanly_and_still_writes_the_summary(tmp_path: Path) -> No
     assert summary["grpc_calls"] > 0
     assert (out / "pool.png").read_bytes().startswith(PNG_MAGIC)
     assert "interrupted" in rest
-
-
-@pytest.mark.parametrize(
-    ("values", "active", "want"),
-    [
-        # (queue, scaler) in the chart's order, both always active
-        pytest.param([3.0, 6.0], None, 3.0, id="few-items-fewer-than-slots"),
-        pytest.param([13.0, 6.0], None, 6.0, id="more-items-than-slots"),
-        pytest.param([10.0, 0.0], None, 0.0, id="no-slots-no-jobs"),
-        pytest.param([0.0, 6.0], None, 6.0, id="empty-queue-takes-the-slots-keda-quirk"),
-        # the order/activity the chart used before: the 0-slot scaler inactive, skipped
-        pytest.param([0.0, 10.0], [False, True], 10.0, id="inactive-zero-is-skipped"),
-    ],
-)
-def test_keda_min_is_what_the_real_operator_does(
-    values: list[float], active: list[bool] | None, want: float
-) -> None:
-    from scaler.demo.cluster import keda_min
-
-    assert keda_min(values, active) == want

@@ -41,19 +41,6 @@ CHART_HPA = HpaBehavior(
 )
 
 
-def keda_min(values: list[float], active: list[bool] | None = None) -> float:
-    """KEDA 2.20.2's ScaledJob `multipleScalersCalculation: min` (pkg/scaling/scaledjob
-    IsScaledJobActive), seen on the real operator in cluster/e2e.py: inactive triggers are
-    left out, and 0 doubles as "nothing yet", so a later trigger's value replaces a 0 found
-    before it. With the chart's order (queue, then the scaler) an empty queue yields the
-    scaler's slots, never more; 0 slots yield 0."""
-    out = 0.0
-    for v, on in zip(values, active or [True] * len(values), strict=True):
-        if on and (out == 0 or v < out):
-            out = v
-    return out
-
-
 class DemoCluster:
     def __init__(
         self,
@@ -140,17 +127,17 @@ class DemoCluster:
     def scaled_job_poll(self, research_class: str, metric: float, now: float) -> int:
         """One ScaledJob poll with `metric` (total slots): creates maxScale − unfinished Jobs.
 
-        With the queue, the ScaledJob has a second trigger, the queue's length (waiting
-        items, target 1), combined by the chart's `multipleScalersCalculation: min` as KEDA
-        really combines them (`keda_min`). The slots answer is also what the Jobs' workers
-        check before they take (fail closed)."""
+        With the queue the scaler's trigger stays alone (the chart's researchQueue.scaler):
+        the scaler already counts the class's items in its answer. That answer is also what
+        the Jobs' workers check before they take (fail closed)."""
         detail: dict[str, float | int | str] = {}
         if self.queue is not None:
             self.queue.slots[research_class] = math.floor(metric + 1e-9)
-            waiting = self.queue.waiting(research_class)
-            detail = {"slots": metric, "waiting": waiting}
-            # The chart's order: queue first, the scaler's last; both always active.
-            metric = keda_min([float(waiting), metric])
+            detail = {
+                "slots": metric,
+                "waiting": self.queue.waiting(research_class),
+                "outstanding": self.queue.outstanding(research_class),
+            }
         n = self.pods.create_jobs(research_class, metric, now)
         if n:
             self.jobs_created += n

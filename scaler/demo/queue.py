@@ -10,6 +10,10 @@ Python, with the state names of `scaler.research.model`:
                  │                   the pod is gone (grace period) ─► requeued, at the FRONT,
                  └──── take ◄──────── with its progress up to its last checkpoint
 
+The scaler reads this queue as it reads the real one (`scaler.research.depth`, the chart's
+`researchQueue.scaler`): `SimQueueReader` hands it each class's items waiting or running,
+so it answers no more Jobs than that and an empty queue starts none.
+
 What a research Job's worker does with it, as `gpu-pool-worker` does:
 * when its pod has started, and again each time its item is done, it checks the class's
   slots (fail closed: the latest ScaledJob answer the KEDA driver got through gRPC; no
@@ -34,6 +38,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scaler.config import Config
+from scaler.core.decision import QueueRead
 from scaler.research.model import (
     DONE,
     OUTCOME_DONE,
@@ -197,6 +203,10 @@ class SimQueue:
     def waiting(self, research_class: str) -> int:
         return len(self._waiting[research_class])
 
+    def outstanding(self, research_class: str) -> int:
+        """What the scaler reads of the real queue: items waiting plus items leased."""
+        return self.waiting(research_class) + self.running(research_class)
+
     def running(self, research_class: str) -> int:
         return sum(
             1
@@ -356,3 +366,24 @@ def seed_count(c: ResearchClassSpec, gpu_hours: float) -> int:
 def seed_budget(pool_gpus: int, reserve_gpus: int, n_classes: int, hours: float) -> float:
     """GPU-hours seeded per class: `hours` of an equal share of the lendable GPUs."""
     return hours * max(0, pool_gpus - reserve_gpus) / max(1, n_classes)
+
+
+class SimQueueReader:
+    """The scaler's queue reader (`scaler.research.depth.QueueReader`) over the simulated
+    queue. The simulation publishes the counts from its own thread after each step; the
+    scaler's control thread reads the latest (one dict swapped whole, never iterated
+    while the simulation changes it). Before the first publish: no read (0 slots)."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, int] = {}
+
+    def publish(self, queue: SimQueue) -> None:
+        self._latest = {c: queue.outstanding(c) for c in queue.classes}
+
+    async def read(self, cfg: Config) -> dict[str, QueueRead]:
+        latest = self._latest
+        return {
+            c.name: QueueRead(latest[c.name])
+            for c in cfg.research
+            if c.queue is not None and c.name in latest
+        }

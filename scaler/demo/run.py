@@ -38,6 +38,7 @@ from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
 from scaler.demo.engine_http import EngineServer
 from scaler.demo.keda import KedaDriver, ScaledJob, ScaledObject
+from scaler.demo.queue import SimQueueReader
 from scaler.demo.report import scaler_grpc_requests, summarize, write_outputs
 from scaler.demo.scenario import (
     MIN_PERIOD_S,
@@ -230,6 +231,10 @@ async def run(p: Params, console: Console | None = None) -> dict[str, object]:
     config.flush()
 
     scrape = p.real(SCRAPE_S, MIN_PERIOD_S)
+    queue = world.cluster.queue
+    reader = SimQueueReader()
+    if queue is not None:
+        reader.publish(queue)
     scaler = Scaler(
         load_config(config.path),
         Options(
@@ -239,6 +244,7 @@ async def run(p: Params, console: Console | None = None) -> dict[str, object]:
             host="127.0.0.1",
             reload_seconds=scrape / 2,
             drain_seconds=0.5,
+            queue_reader=reader,
         ),
     )
     running: Running = await scaler.start()
@@ -279,6 +285,8 @@ async def run(p: Params, console: Console | None = None) -> dict[str, object]:
             budget = time.perf_counter() + CHUNK_S  # then let the scaler and driver run
             while world.now + world.dt <= target and time.perf_counter() < budget:
                 world.advance(target, 2)
+            if queue is not None:
+                reader.publish(queue)
             answer = driver.answers.get(f"vllm-{SERVICE}")
             world.desired = None if answer is None else answer.value
             config.flush()

@@ -238,7 +238,15 @@ def pool_config(p: Params, targets: list[str], cold_start_s: float) -> dict[str,
             }
         ],
         "research": [
-            {"name": c.name, "gpusPerJob": c.gpus, "weight": c.weight, "maxJobs": c.max_jobs}
+            {
+                "name": c.name,
+                "gpusPerJob": c.gpus,
+                "weight": c.weight,
+                "maxJobs": c.max_jobs,
+                # The scaler counts the queue's items; the demo's reader (SimQueueReader)
+                # stands in for Redis, so the URL file is never opened.
+                **({"queue": {"urlFile": "(the demo's simulated queue)"}} if p.queue else {}),
+            }
             for c in research_classes()
         ],
     }
