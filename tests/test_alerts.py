@@ -168,6 +168,46 @@ CASES = [
         {40: []},
     ),
     Case(
+        "research-not-starved-when-the-queue-fed-class-has-no-items",
+        "GpuPoolScalerResearchStarved",
+        [
+            series("gpu_pool_scaler_research_slots", "0x60", research_class="eval"),
+            series("gpu_pool_scaler_research_queue_items", "0x60", research_class="eval"),
+            series("gpu_pool_scaler_pool_gpus", "8x60", part="headroom"),
+        ],
+        {40: []},
+    ),
+    Case(
+        "research-starved-when-queued-items-get-no-slot",
+        "GpuPoolScalerResearchStarved",
+        [
+            series("gpu_pool_scaler_research_slots", "0x60", research_class="eval"),
+            series("gpu_pool_scaler_research_queue_items", "5x60", research_class="eval"),
+            series("gpu_pool_scaler_pool_gpus", "8x60", part="headroom"),
+        ],
+        {40: [{}]},
+    ),
+    Case(
+        "research-starved-for-a-class-without-queue-beside-an-empty-queue",
+        "GpuPoolScalerResearchStarved",
+        [
+            series("gpu_pool_scaler_research_slots", "0x60", research_class="eval"),
+            series("gpu_pool_scaler_research_queue_items", "0x60", research_class="eval"),
+            series("gpu_pool_scaler_research_slots", "0x60", research_class="sweep"),
+            series("gpu_pool_scaler_pool_gpus", "8x60", part="headroom"),
+        ],
+        {40: [{}]},
+    ),
+    Case(
+        "research-queue-unread-per-class",
+        "GpuPoolScalerResearchQueueUnread",
+        [
+            series("gpu_pool_scaler_research_queue_unread", "0x5 1x30", research_class="eval"),
+            series("gpu_pool_scaler_research_queue_unread", "0x35", research_class="train"),
+        ],
+        {10: [], 20: [{"research_class": "eval"}]},
+    ),
+    Case(
         "stale-decisions-at-once",
         "GpuPoolScalerStaleDecisions",
         [series("gpu_pool_scaler_stale_decision_answers_total", "0x10 1+1x5 6x20")],

@@ -1576,6 +1576,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "GpuPoolScalerServiceDataStale",
         "GpuPoolScalerCapacityUnknown",
         "GpuPoolScalerResearchStarved",
+        "GpuPoolScalerResearchQueueUnread",
         "GpuPoolScalerStaleDecisions",
         "GpuPoolScalerConfigRejected",
         "GpuPoolScalerHpaIgnoresAnswer",
@@ -1601,6 +1602,8 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "gpu_pool_scaler_service_data_fresh",
         "gpu_pool_scaler_capacity_known",
         "gpu_pool_scaler_research_slots",
+        "gpu_pool_scaler_research_queue_items",
+        "gpu_pool_scaler_research_queue_unread",
         "gpu_pool_scaler_pool_gpus",
         "gpu_pool_scaler_stale_decision_answers_total",
         "gpu_pool_scaler_hpa_ignoring_answer",
@@ -1611,7 +1614,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
     } <= used
     assert alerts["GpuPoolScalerDown"]["expr"] == f"absent(up{{{selector}}} == 1)"
     # Starved: headroom fits the smallest research Job (monitoring: eval, 1 GPU).
-    assert alerts["GpuPoolScalerResearchStarved"]["expr"].endswith(">= 1")
+    assert ">= 1 and on()" in alerts["GpuPoolScalerResearchStarved"]["expr"]
 
 
 def test_prometheus_rule_without_research_and_with_extra_rules(helm: Helm, tmp_path: Path) -> None:

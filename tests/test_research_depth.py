@@ -218,7 +218,7 @@ async def test_keda_is_told_the_items_not_the_free_slots(
 
 
 async def test_the_queue_read_is_in_the_metrics(
-    scaler_env: tuple[Client, Path, Running], queue: WorkQueue
+    scaler_env: tuple[Client, Path, Running], queue: WorkQueue, redis_server: RedisServer
 ) -> None:
     client, _, running = scaler_env
     queue.submit("train", {"N": "1"})
@@ -233,3 +233,11 @@ async def test_the_queue_read_is_in_the_metrics(
         lambda: 'gpu_pool_scaler_research_queue_items{research_class="train"} 1.0' in metric()
     )
     assert 'research_queue_items{research_class="eval"}' not in metric()
+    assert 'gpu_pool_scaler_research_queue_unread{research_class="train"} 0.0' in metric()
+    assert 'research_queue_unread{research_class="eval"}' not in metric()
+    # Unread: flagged (the alert GpuPoolScalerResearchQueueUnread), and no count at all.
+    redis_server.stop()
+    await wait_for(
+        lambda: 'gpu_pool_scaler_research_queue_unread{research_class="train"} 1.0' in metric()
+    )
+    assert 'research_queue_items{research_class="train"}' not in metric()

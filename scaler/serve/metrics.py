@@ -191,10 +191,18 @@ class DecisionCollector(Collector):
             "absent while its queue is unread (the class then gets 0 slots).",
             ("research_class",),
         )
+        unread_q = fam(
+            "research_queue_unread",
+            "1 while a queue-fed research class's work queue cannot be read (it gets 0 slots), "
+            "0 once read; absent for classes without a queue.",
+            ("research_class",),
+        )
         for name, r in d.research.items():
             slots.add_metric([name], r.slots)
             if r.queued_items is not None:
                 items.add_metric([name], r.queued_items)
+            if r.queued_items is not None or r.queue_error is not None:
+                unread_q.add_metric([name], 1 if r.queue_error is not None else 0)
         pool_gpus = fam(
             "pool_gpus",
             "Pool split in GPUs (capacity, inference, reserve, foreign, headroom, research; "
@@ -241,4 +249,4 @@ class DecisionCollector(Collector):
         if d.pool is not None and d.pool.free_by_node is not None and d.config is not None:
             for svc in d.config.inference:
                 room.add_metric([svc.name], replica_room(d.pool.free_by_node, svc.gpusPerReplica))
-        yield from (slots, items, pool_gpus, known, room, give_back, last)
+        yield from (slots, items, unread_q, pool_gpus, known, room, give_back, last)
