@@ -54,7 +54,7 @@ from scaler.sim.kube import research_priorities
 from tests.support.kubeapi import FakeKubeAPI
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 from tests.support.pki import make_pki
-from tests.support.redisserver import RedisServer, running_redis
+from tests.support.redisserver import RedisServer, registered_queue, running_redis
 from tests.support.tools import ensure_tool
 
 pytestmark = pytest.mark.helm
@@ -1930,8 +1930,7 @@ def test_scaler_reads_the_queue_through_a_mounted_secret(
     points the class's queue.urlFile at it, egress reaches Redis, and the real reader counts
     the items through a file laid out as kubelet lays out the Secret's `items`."""
     from scaler.research.depth import RedisQueueDepth
-    from scaler.research.queue import WorkQueue
-    from scaler.research.redisconn import connect
+    from scaler.research.queue import DEFAULT_PREFIX
 
     values = _merge(
         _merge(MINIMAL, _queue_class()),
@@ -1973,17 +1972,15 @@ def test_scaler_reads_the_queue_through_a_mounted_secret(
     local = cfg.model_copy(
         update={"research": [cfg.research[0].model_copy(update={"queue": mounted})]}
     )
-    client = connect(redis_server.url)
-    wq = WorkQueue(client, prefix=q.prefix)
-    wq.update_classes(add=["eval"])
-    for n in range(2):
-        wq.submit("eval", {"N": str(n)})
+    assert q.prefix == DEFAULT_PREFIX  # what registered_queue's WorkQueue writes under
+    for wq in registered_queue(redis_server, ["eval"]):
+        for n in range(2):
+            wq.submit("eval", {"N": str(n)})
     depth = RedisQueueDepth()
     try:
         read = asyncio.run(depth.read(local))["eval"]
     finally:
         depth.close()
-        client.close()
     assert (read.items, read.error) == (2, None)
 
 

@@ -24,7 +24,7 @@ from scaler.research.queue import WorkQueue
 from scaler.research.redisconn import connect
 from tests.support.exposition import ExpositionServer
 from tests.support.paths import FIXTURES
-from tests.support.redisserver import RedisServer, running_redis
+from tests.support.redisserver import RedisServer, registered_queue, running_redis
 from tests.support.scaler import Client, wait_for, write_config
 
 PASSWORD = "depth-pw-1"
@@ -37,11 +37,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def queue(redis_server: RedisServer) -> Iterator[WorkQueue]:
-    client = connect(redis_server.url)
-    q = WorkQueue(client)
-    q.update_classes(add=["train", "eval"])
-    yield q
-    client.close()
+    yield from registered_queue(redis_server, ["train", "eval"])
 
 
 def url_file(tmp_path: Path, url: str) -> Path:

@@ -18,7 +18,7 @@ from scaler.research import model
 from scaler.research.model import InputError, Item
 from scaler.research.queue import Lease, UnknownClassError, WorkQueue
 from scaler.research.redisconn import connect
-from tests.support.redisserver import RedisServer, running_redis
+from tests.support.redisserver import RedisServer, registered_queue, running_redis
 
 LEASE_MS = 300
 EXPIRE_S = 0.45  # sleep past a lease that nobody renews
@@ -31,11 +31,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def queue(redis_server: RedisServer) -> Iterator[WorkQueue]:
-    client = connect(redis_server.url)
-    q = WorkQueue(client)
-    q.update_classes(add=["eval", "train"])
-    yield q
-    client.close()
+    yield from registered_queue(redis_server, ["eval", "train"])
 
 
 # ---------------------------------------------------------------------- scenarios

@@ -29,7 +29,6 @@ from cryptography.x509.oid import NameOID
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.research.queue import WorkQueue
-from scaler.research.redisconn import connect
 from scaler.research.slots import (
     GrpcSlotChecker,
     ScalerEndpoint,
@@ -37,7 +36,7 @@ from scaler.research.slots import (
     research_metric_name,
 )
 from scaler.research.worker import Worker, WorkerOptions
-from tests.support.redisserver import RedisServer, running_redis
+from tests.support.redisserver import RedisServer, registered_queue, running_redis
 
 REPO = Path(__file__).resolve().parent.parent
 PASSWORD = "hunter2-not-for-logs"
@@ -82,11 +81,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def queue(redis_server: RedisServer) -> Iterator[WorkQueue]:
-    client = connect(redis_server.url)
-    q = WorkQueue(client)
-    q.update_classes(add=["eval"])
-    yield q
-    client.close()
+    yield from registered_queue(redis_server, ["eval"])
 
 
 @pytest.fixture

@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from scaler.research.queue import WorkQueue
+from scaler.research.redisconn import connect
+
 
 def redis_binary() -> str:
     path = shutil.which("redis-server")
@@ -161,3 +164,15 @@ def running_redis(
         yield server
     finally:
         server.stop()
+
+
+def registered_queue(server: RedisServer, classes: list[str]) -> Iterator[WorkQueue]:
+    """A WorkQueue on `server` with `classes` registered; for a fixture:
+    `yield from registered_queue(redis_server, ["eval"])`."""
+    client = connect(server.url)
+    q = WorkQueue(client)
+    q.update_classes(add=classes)
+    try:
+        yield q
+    finally:
+        client.close()
