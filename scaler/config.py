@@ -500,7 +500,8 @@ class ResearchQueue(_Model):
     class's outstanding items (waiting + leased) and answers KEDA min(slots, items), so an
     empty queue starts no Job. No answer from Redis: 0 slots (research fails closed)."""
 
-    # File holding the queue's redis:// URL (a mounted Secret); re-read when it changes.
+    # File holding the queue's redis:// URL (a mounted Secret), read each cycle: a rotated
+    # Secret takes effect without a restart.
     urlFile: Annotated[str, Field(min_length=1)]  # required
     prefix: Annotated[str, Field(min_length=1)] = "gps"  # key prefix: <prefix>:q:<class>
     timeoutSeconds: Annotated[float, Field(gt=0)] = 2.0  # per read (connect + reply)
