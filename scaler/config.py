@@ -504,7 +504,12 @@ class ResearchQueue(_Model):
     # Secret takes effect without a restart.
     urlFile: Annotated[str, Field(min_length=1)]  # required
     prefix: Annotated[str, Field(min_length=1)] = "gps"  # key prefix: <prefix>:q:<class>
-    timeoutSeconds: Annotated[float, Field(gt=0)] = 2.0  # per read (connect + reply)
+    # Per read (connect + reply); unset: scrape.timeoutSeconds (the read runs beside the
+    # scrape, each cycle).
+    timeoutSeconds: Annotated[float, Field(gt=0)] | None = None
+
+    def timeout_s(self, scrape: ScrapeConfig) -> float:
+        return self.timeoutSeconds if self.timeoutSeconds is not None else scrape.timeoutSeconds
 
 
 class ResearchClass(_Model):
@@ -548,6 +553,15 @@ class Config(_Model):
                 seen.add(item.name)
         if not self.inference and not self.research:
             raise ValueError("nothing to scale: add at least one 'inference' or 'research' entry")
+        for i, r in enumerate(self.research):
+            # Read beside the scrape, each cycle: a slower read would stretch every cycle.
+            t = r.queue.timeoutSeconds if r.queue is not None else None
+            if t is not None and t > self.scrape.intervalSeconds:
+                raise ValueError(
+                    f"research[{i}].queue.timeoutSeconds must not exceed scrape.intervalSeconds "
+                    f"({t} > {self.scrape.intervalSeconds}): the queue is "
+                    "read every cycle"
+                )
         return self
 
     def service(self, name: str) -> InferenceService | None:

@@ -166,6 +166,19 @@ BAD = [
         "slo is measured from vLLM's TTFT histogram; engine 'tgi' is not supported",
     ),
     (
+        "queue-without-url-file",
+        "research.0.queue",
+        {"prefix": "gps"},
+        "research[0].queue.urlFile: Field required",
+    ),
+    (
+        "queue-timeout-above-interval",
+        "research.0.queue",
+        {"urlFile": "/run/url", "timeoutSeconds": 10},
+        "research[0].queue.timeoutSeconds must not exceed scrape.intervalSeconds (10.0 > 5.0)",
+    ),
+    ("queue-typo", "research.0.queue", {"urlFiles": "/run/url"}, "queue.urlFiles: Extra inputs"),
+    (
         "checkpoint-negative",
         "research.0.checkpointIntervalSeconds",
         -1,

@@ -143,6 +143,34 @@ async def test_a_rotated_url_file_is_used_on_the_next_read(
     depth.close()
 
 
+@pytest.mark.parametrize(
+    ("queue_timeout", "want"), [(None, 0.7), (0.3, 0.3)], ids=["scrape-timeout", "own-timeout"]
+)
+async def test_a_read_waits_no_longer_than_its_timeout(
+    tmp_path: Path, redis_server: RedisServer, queue_timeout: float | None, want: float
+) -> None:
+    timeouts: list[float] = []
+
+    def client_for(url: str, timeout_s: float) -> redis.Redis:
+        timeouts.append(timeout_s)
+        return connect(url, timeout_s=timeout_s)
+
+    q: dict[str, Any] = {"urlFile": str(url_file(tmp_path, redis_server.url))}
+    if queue_timeout is not None:
+        q["timeoutSeconds"] = queue_timeout
+    cfg = parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 8}},
+            "scrape": {"intervalSeconds": 1, "timeoutSeconds": 0.7},
+            "research": [{"name": "train", "gpusPerJob": 1, "queue": q}],
+        }
+    )
+    depth = RedisQueueDepth(client_for)
+    assert (await depth.read(cfg))["train"].items == 0
+    assert timeouts == [want]
+    depth.close()
+
+
 # -- the whole scaler ------------------------------------------------------------------
 
 

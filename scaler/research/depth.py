@@ -45,8 +45,10 @@ class RedisQueueDepth:
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
         classes = [c for c in cfg.research if c.queue is not None]
-        reads = await asyncio.gather(*(asyncio.to_thread(self._read, c) for c in classes))
-        self._forget_unused(classes)
+        reads = await asyncio.gather(
+            *(asyncio.to_thread(self._read, c, _timeout(c, cfg)) for c in classes)
+        )
+        self._forget_unused(classes, cfg)
         out = {c.name: r for c, r in zip(classes, reads, strict=True)}
         for name, r in out.items():
             self._log(name, r)
@@ -57,12 +59,12 @@ class RedisQueueDepth:
             client.close()
         self._clients.clear()
 
-    def _read(self, c: ResearchClass) -> QueueRead:
+    def _read(self, c: ResearchClass, timeout_s: float) -> QueueRead:
         q = c.queue
         assert q is not None
         try:
             url = _url(q)
-            client = self._client(url, q.timeoutSeconds)
+            client = self._client(url, timeout_s)
         except InputError as e:
             return QueueRead(None, str(e))
         try:
@@ -80,13 +82,13 @@ class RedisQueueDepth:
             self._clients[key] = self._client_for(url, timeout_s)
         return self._clients[key]
 
-    def _forget_unused(self, classes: list[ResearchClass]) -> None:
+    def _forget_unused(self, classes: list[ResearchClass], cfg: Config) -> None:
         """Close the clients of URLs no class uses any more (a reload, a rotated password)."""
         used: set[tuple[str, float]] = set()
         for c in classes:
             assert c.queue is not None
             try:
-                used.add((_url(c.queue), c.queue.timeoutSeconds))
+                used.add((_url(c.queue), _timeout(c, cfg)))
             except InputError:
                 continue
         for key in set(self._clients) - used:
@@ -102,6 +104,11 @@ class RedisQueueDepth:
         elif r.error is None and before is not None:
             log.info("work queue read again (%s items)", r.items, extra={"research_class": name})
             del self._errors[name]
+
+
+def _timeout(c: ResearchClass, cfg: Config) -> float:
+    assert c.queue is not None
+    return c.queue.timeout_s(cfg.scrape)
 
 
 def _url(q: ResearchQueue) -> str:
