@@ -7,9 +7,9 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scaler.config import Config, parse_config
+from scaler.config import Config, ResearchQueue, parse_config
 from scaler.core.accounting import Capacity, split_pool
-from scaler.core.decision import ServiceDecision
+from scaler.core.decision import QueueRead, ServiceDecision
 from tests.support.fuzz import budget
 
 research_class = st.fixed_dictionaries(
@@ -147,3 +147,60 @@ def test_split_invariants(sc: dict[str, Any]) -> None:
             if slots[b.name] < b.maxJobs and b.gpusPerJob <= a.gpusPerJob:
                 before_last = (slots[a.name] - 1) * a.gpusPerJob / a.weight
                 assert before_last <= slots[b.name] * b.gpusPerJob / b.weight + 1e-9
+
+
+queue_read = st.none() | st.integers(0, 40) | st.just("unread")
+
+
+@budget(1000)
+@given(scenarios(), st.data())
+def test_a_queue_read_acts_as_a_lower_max_jobs(sc: dict[str, Any], data: st.DataObject) -> None:
+    """Per class, None: no queue; an int: its queue read with that many items; "unread":
+    read failed. The split equals the one where each queue-fed class's maxJobs is
+    min(maxJobs, items) (0 when unread), so every invariant of test_split_invariants holds
+    with queues too. (Not claimed: that no other class loses a slot. Packing serves larger
+    Jobs first, so a GPU freed by an empty queue can let a 2-GPU Job in where a 1-GPU Job
+    of another class had fit.)"""
+    reads = [data.draw(queue_read) for _ in sc["classes"]]
+    cfg, decisions = build(sc)
+    queue = {"urlFile": "/run/url"}
+    queued_cfg = cfg.model_copy(
+        update={
+            "research": [
+                c if r is None else c.model_copy(update={"queue": ResearchQueue(**queue)})
+                for c, r in zip(cfg.research, reads, strict=True)
+            ]
+        }
+    )
+    queued = {
+        c.name: QueueRead(None, "down") if r == "unread" else QueueRead(r)
+        for c, r in zip(cfg.research, reads, strict=True)
+        if r is not None
+    }
+    args = (decisions, sc["capacity"], sc["reserve"])
+    split, research = split_pool(queued_cfg, *args, ready_for_research=sc["ready"], queued=queued)
+
+    lowered = cfg.model_copy(
+        update={
+            "research": [
+                c
+                if r is None
+                else c.model_copy(update={"maxJobs": min(c.maxJobs, 0 if r == "unread" else r)})
+                for c, r in zip(cfg.research, reads, strict=True)
+            ]
+        }
+    )
+    split_low, research_low = split_pool(lowered, *args, ready_for_research=sc["ready"])
+    assert {n: d.slots for n, d in research.items()} == {
+        n: d.slots for n, d in research_low.items()
+    }
+    assert split.research_gpus == split_low.research_gpus
+
+    for c, r in zip(cfg.research, reads, strict=True):
+        got = research[c.name]
+        if r is None:
+            assert got.queued_items is None and got.queue_error is None
+        elif r == "unread":
+            assert got.slots == 0 and got.queue_error == "down"
+        else:
+            assert got.slots <= r and got.queued_items == r
