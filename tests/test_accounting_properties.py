@@ -149,43 +149,40 @@ def test_split_invariants(sc: dict[str, Any]) -> None:
                 assert before_last <= slots[b.name] * b.gpusPerJob / b.weight + 1e-9
 
 
-queue_read = st.none() | st.integers(0, 40) | st.just("unread")
+queue_read = (
+    st.none()
+    | st.builds(QueueRead, st.integers(0, 40))
+    | st.just(QueueRead(None, "down"))  # the read failed
+)
 
 
 @budget(1000)
 @given(scenarios(), st.data())
 def test_a_queue_read_acts_as_a_lower_max_jobs(sc: dict[str, Any], data: st.DataObject) -> None:
-    """Per class, None: no queue; an int: its queue read with that many items; "unread":
-    read failed. The split equals the one where each queue-fed class's maxJobs is
-    min(maxJobs, items) (0 when unread), so every invariant of test_split_invariants holds
-    with queues too. (Not claimed: that no other class loses a slot. Packing serves larger
-    Jobs first, so a GPU freed by an empty queue can let a 2-GPU Job in where a 1-GPU Job
-    of another class had fit.)"""
-    reads = [data.draw(queue_read) for _ in sc["classes"]]
+    """Per class, None: no queue; else its queue read (items, or an error). The split equals
+    the one where each queue-fed class's maxJobs is min(maxJobs, items) (0 when unread), so
+    every invariant of test_split_invariants holds with queues too. (Not claimed: that no
+    other class loses a slot. Packing serves larger Jobs first, so a GPU freed by an empty
+    queue can let a 2-GPU Job in where a 1-GPU Job of another class had fit.)"""
+    reads: list[QueueRead | None] = [data.draw(queue_read) for _ in sc["classes"]]
     cfg, decisions = build(sc)
-    queue = {"urlFile": "/run/url"}
+    queue = ResearchQueue(urlFile="/run/url")
     queued_cfg = cfg.model_copy(
         update={
             "research": [
-                c if r is None else c.model_copy(update={"queue": ResearchQueue(**queue)})
+                c if r is None else c.model_copy(update={"queue": queue})
                 for c, r in zip(cfg.research, reads, strict=True)
             ]
         }
     )
-    queued = {
-        c.name: QueueRead(None, "down") if r == "unread" else QueueRead(r)
-        for c, r in zip(cfg.research, reads, strict=True)
-        if r is not None
-    }
+    queued = {c.name: r for c, r in zip(cfg.research, reads, strict=True) if r is not None}
     args = (decisions, sc["capacity"], sc["reserve"])
     split, research = split_pool(queued_cfg, *args, ready_for_research=sc["ready"], queued=queued)
 
     lowered = cfg.model_copy(
         update={
             "research": [
-                c
-                if r is None
-                else c.model_copy(update={"maxJobs": min(c.maxJobs, 0 if r == "unread" else r)})
+                c if r is None else c.model_copy(update={"maxJobs": min(c.maxJobs, r.items or 0)})
                 for c, r in zip(cfg.research, reads, strict=True)
             ]
         }
@@ -200,7 +197,7 @@ def test_a_queue_read_acts_as_a_lower_max_jobs(sc: dict[str, Any], data: st.Data
         got = research[c.name]
         if r is None:
             assert got.queued_items is None and got.queue_error is None
-        elif r == "unread":
+        elif r.items is None:
             assert got.slots == 0 and got.queue_error == "down"
         else:
-            assert got.slots <= r and got.queued_items == r
+            assert got.slots <= r.items and got.queued_items == r.items
