@@ -143,6 +143,33 @@ async def test_a_rotated_url_file_is_used_on_the_next_read(
     depth.close()
 
 
+async def test_classes_on_one_redis_share_one_client(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue
+) -> None:
+    made: list[str] = []
+
+    def client_for(url: str, timeout_s: float) -> redis.Redis:
+        made.append(url)
+        return connect(url, timeout_s=timeout_s)
+
+    url = str(url_file(tmp_path, redis_server.url))
+    cfg = parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 8}},
+            "research": [
+                {"name": n, "gpusPerJob": 1, "queue": {"urlFile": url}} for n in ("train", "eval")
+            ],
+        }
+    )
+    queue.submit("eval", {"N": "1"})
+    depth = RedisQueueDepth(client_for)
+    for _ in range(3):
+        reads = await depth.read(cfg)
+        assert {n: r.items for n, r in reads.items()} == {"train": 0, "eval": 1}
+    assert made == [redis_server.url]  # read concurrently, built once
+    depth.close()
+
+
 @pytest.mark.parametrize(
     ("queue_timeout", "want"), [(None, 0.7), (0.3, 0.3)], ids=["scrape-timeout", "own-timeout"]
 )

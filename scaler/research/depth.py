@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import redis
 
-from scaler.config import Config, ResearchClass, ResearchQueue
+from scaler.config import Config, ResearchQueue
 from scaler.core.decision import QueueRead
 from scaler.research.model import InputError
 from scaler.research.redisconn import connect, describe
@@ -35,8 +36,9 @@ class QueueReader(Protocol):
 
 
 class RedisQueueDepth:
-    """Reads the queues on Redis, a blocking client per URL used from worker threads (the
-    classes are read concurrently, each within its `timeoutSeconds`)."""
+    """Reads the queues on Redis: one blocking client per URL, the classes read
+    concurrently from worker threads, each within its timeout. URLs and clients are
+    resolved in the caller's thread, so the threads share no state."""
 
     def __init__(self, client_for: Callable[[str, float], redis.Redis] | None = None) -> None:
         self._client_for = client_for or (lambda url, t: connect(url, timeout_s=t))
@@ -45,10 +47,23 @@ class RedisQueueDepth:
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
         classes = [c for c in cfg.research if c.queue is not None]
-        reads = await asyncio.gather(
-            *(asyncio.to_thread(self._read, c, _timeout(c, cfg)) for c in classes)
-        )
-        self._forget_unused(classes, cfg)
+        plans: list[_Plan | QueueRead] = []
+        used: set[tuple[str, float]] = set()
+        for c in classes:
+            assert c.queue is not None
+            try:
+                key = (_url(c.queue), c.queue.timeout_s(cfg.scrape))
+                used.add(key)
+                if key not in self._clients:
+                    self._clients[key] = self._client_for(*key)
+            except InputError as e:
+                plans.append(QueueRead(None, str(e)))
+                continue
+            plans.append(_Plan(self._clients[key], key[0], c.queue.prefix, c.name))
+        # A reload or a rotated Secret leaves clients no class uses: close them.
+        for key in set(self._clients) - used:
+            self._clients.pop(key).close()
+        reads = await asyncio.gather(*(_read(p) for p in plans))
         out = {c.name: r for c, r in zip(classes, reads, strict=True)}
         for name, r in out.items():
             self._log(name, r)
@@ -58,41 +73,6 @@ class RedisQueueDepth:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
-
-    def _read(self, c: ResearchClass, timeout_s: float) -> QueueRead:
-        q = c.queue
-        assert q is not None
-        try:
-            url = _url(q)
-            client = self._client(url, timeout_s)
-        except InputError as e:
-            return QueueRead(None, str(e))
-        try:
-            pipe = client.pipeline(transaction=True)
-            pipe.llen(f"{q.prefix}:q:{c.name}")
-            pipe.zcard(f"{q.prefix}:leases:{c.name}")
-            waiting, leased = pipe.execute()
-            return QueueRead(int(waiting) + int(leased))
-        except (redis.exceptions.RedisError, OSError, ValueError, TypeError) as e:
-            return QueueRead(None, describe(e, url))
-
-    def _client(self, url: str, timeout_s: float) -> redis.Redis:
-        key = (url, timeout_s)
-        if key not in self._clients:
-            self._clients[key] = self._client_for(url, timeout_s)
-        return self._clients[key]
-
-    def _forget_unused(self, classes: list[ResearchClass], cfg: Config) -> None:
-        """Close the clients of URLs no class uses any more (a reload, a rotated password)."""
-        used: set[tuple[str, float]] = set()
-        for c in classes:
-            assert c.queue is not None
-            try:
-                used.add((_url(c.queue), _timeout(c, cfg)))
-            except InputError:
-                continue
-        for key in set(self._clients) - used:
-            self._clients.pop(key).close()
 
     def _log(self, name: str, r: QueueRead) -> None:
         before = self._errors.get(name)
@@ -106,9 +86,30 @@ class RedisQueueDepth:
             del self._errors[name]
 
 
-def _timeout(c: ResearchClass, cfg: Config) -> float:
-    assert c.queue is not None
-    return c.queue.timeout_s(cfg.scrape)
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    client: redis.Redis
+    url: str  # for error messages (redacted there)
+    prefix: str
+    research_class: str
+
+
+async def _read(plan: _Plan | QueueRead) -> QueueRead:
+    if isinstance(plan, QueueRead):  # no URL or no client: the reason, as it is
+        return plan
+    return await asyncio.to_thread(_count, plan)
+
+
+def _count(p: _Plan) -> QueueRead:
+    """Items waiting + leased, in one MULTI (blocking; runs in a worker thread)."""
+    try:
+        pipe = p.client.pipeline(transaction=True)
+        pipe.llen(f"{p.prefix}:q:{p.research_class}")
+        pipe.zcard(f"{p.prefix}:leases:{p.research_class}")
+        waiting, leased = pipe.execute()
+        return QueueRead(int(waiting) + int(leased))
+    except (redis.exceptions.RedisError, OSError, ValueError, TypeError) as e:
+        return QueueRead(None, describe(e, p.url))
 
 
 def _url(q: ResearchQueue) -> str:
