@@ -228,20 +228,19 @@ async def scaler_env(
 
 
 async def answers(client: Client, train: int, eval_: int) -> None:
-    async def both() -> tuple[int, int]:
-        return await client.value(researchClass="train"), await client.value(researchClass="eval")
-
+    """Wait until KEDA's two GetMetrics calls answer (train, eval_); name the last answers."""
     seen: list[tuple[int, int]] = []
 
     async def check() -> bool:
-        seen.append(await both())
+        seen.append(
+            (await client.value(researchClass="train"), await client.value(researchClass="eval"))
+        )
         return seen[-1] == (train, eval_)
 
-    for _ in range(100):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"wanted (train, eval) = {(train, eval_)}, last answers {seen[-3:]}")
+    try:
+        await wait_for(check)
+    except AssertionError:
+        raise AssertionError(f"wanted (train, eval) = {(train, eval_)}, got {seen[-3:]}") from None
 
 
 async def test_keda_is_told_the_items_not_the_free_slots(
