@@ -507,6 +507,11 @@ class ResearchQueue(_Model):
     # Per read (connect + reply); unset: scrape.timeoutSeconds (the read runs beside the
     # scrape, each cycle).
     timeoutSeconds: Annotated[float, Field(gt=0)] | None = None
+    # The workers' Redis database (the chart sets it when it builds their URL, from
+    # researchQueue.redis.databaseIndex). A URL selecting another one leaves the queue
+    # unread with that reason: read there, the queue would look empty and start no Job.
+    # Unset: the URL's database is trusted.
+    database: Annotated[int, Field(ge=0)] | None = None
 
     def timeout_s(self, scrape: ScrapeConfig) -> float:
         return self.timeoutSeconds if self.timeoutSeconds is not None else scrape.timeoutSeconds

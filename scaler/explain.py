@@ -46,7 +46,8 @@ def render(d: Decision) -> str:
     for r in d.research.values():
         lines.append(f"research {r.name}: {r.slots} slot(s) × {r.gpus_per_job} GPU(s) — {r.reason}")
         if r.queue_error is not None:
-            lines.append(f"  work queue unread: {r.queue_error} (0 slots until it is read)")
+            if r.queue_error not in r.reason:  # else the reason already says it (accounting)
+                lines.append(f"  work queue unread: {r.queue_error} (0 slots until it is read)")
         elif r.queued_items is not None:
             lines.append(
                 f"  work queue: {r.queued_items} item(s) waiting or leased; no more Jobs than "

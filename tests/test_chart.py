@@ -1949,6 +1949,8 @@ def test_scaler_reads_the_queue_through_a_mounted_secret(
     q = cfg.research[0].queue
     assert q is not None and q.prefix == "gps"
     assert q.urlFile == "/var/run/gpu-pool-scaler/queue/eval/url"
+    # The chart builds the workers' URL on databaseIndex: the scaler checks its own against it.
+    assert q.database == 0
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
@@ -1982,6 +1984,21 @@ def test_scaler_reads_the_queue_through_a_mounted_secret(
     finally:
         depth.close()
     assert (read.items, read.error) == (2, None)
+
+    # The Secret's URL on another database than the workers': unread, naming both.
+    (mount / "url").write_text(redis_server.url.removesuffix("/0") + "/1")
+    depth = RedisQueueDepth()
+    try:
+        read = asyncio.run(depth.read(local))["eval"]
+    finally:
+        depth.close()
+    assert read.items is None and read.error is not None
+    assert "database 1" in read.error and "researchQueue.redis.databaseIndex" in read.error
+
+    # The workers read their own URL (redis.urlKey): its database is theirs to choose, unchecked.
+    f.write_text(yaml.safe_dump(_merge(values, {"researchQueue": {"redis": {"urlKey": "url"}}})))
+    q = loaded_config(helm.render(f), tmp_path).research[0].queue
+    assert q is not None and q.database is None
 
 
 # ---------------------------------------------------------------- bad values ----

@@ -179,6 +179,12 @@ BAD = [
     ),
     ("queue-typo", "research.0.queue", {"urlFiles": "/run/url"}, "queue.urlFiles: Extra inputs"),
     (
+        "queue-database-negative",
+        "research.0.queue",
+        {"urlFile": "/run/url", "database": -1},
+        "research[0].queue.database: Input should be greater than or equal to 0",
+    ),
+    (
         "checkpoint-negative",
         "research.0.checkpointIntervalSeconds",
         -1,

@@ -6,6 +6,9 @@ from dataclasses import replace
 
 import pytest
 
+from scaler.config import parse_config
+from scaler.core.accounting import Capacity, split_pool
+from scaler.core.decision import QueueRead
 from scaler.explain import render
 from tests.support.decisions import decision, svc
 
@@ -64,3 +67,44 @@ def test_explain_says_when_the_adaptive_reserve_holds_for_a_rising_rate() -> Non
         "chat, code rises"
     ) in held
     assert "its window no longer asks" not in render(d)
+
+
+QUEUE_CFG = parse_config(
+    {
+        "pool": {"name": "shared-h100", "capacity": {"gpus": 64}},
+        "inference": [{"name": "chat", "gpusPerReplica": 4, "targets": {"static": ["x:1"]}}],
+        "research": [{"name": "eval", "gpusPerJob": 1, "queue": {"urlFile": "/run/url"}}],
+    }
+)
+ERROR = "cannot reach Redis at redis://:***@redis:6379/0"
+
+
+# (pool capacity known, the eval line's reason words, the queue's own line or None)
+UNREAD_CASES = [
+    # The class's reason names the error: said once, not again on its own line.
+    pytest.param(True, f"work queue unread ({ERROR})", None, id="unread-said-in-the-reason"),
+    # Failing closed for the pool, the reason is the pool's: the queue's error has its line.
+    pytest.param(
+        False,
+        "fail closed: pool capacity unknown",
+        f"  work queue unread: {ERROR} (0 slots until it is read)",
+        id="pool-fails-closed-queue-line-kept",
+    ),
+]
+
+
+@pytest.mark.parametrize(("capacity", "reason", "line"), UNREAD_CASES)
+def test_explain_names_an_unread_queue_once(capacity: bool, reason: str, line: str | None) -> None:
+    _, research = split_pool(
+        QUEUE_CFG,
+        {"chat": svc("chat", 2)},
+        Capacity(64) if capacity else None,
+        0,
+        ready_for_research=True,
+        queued={"eval": QueueRead(None, ERROR)},
+    )
+    text = render(replace(decision(1, svc("chat", 2)), config=QUEUE_CFG, research=research))
+    assert text.count(ERROR) == 1, text
+    (eval_line,) = [ln for ln in text.splitlines() if ln.startswith("research eval:")]
+    assert reason in eval_line
+    assert (line in text.splitlines()) if line is not None else "  work queue unread:" not in text

@@ -46,7 +46,10 @@ def url_file(tmp_path: Path, url: str) -> Path:
     return p
 
 
-def cfg_with(url_path: Path, prefix: str = "gps") -> Config:
+def cfg_with(url_path: Path, prefix: str = "gps", database: int | None = None) -> Config:
+    q: dict[str, Any] = {"urlFile": str(url_path), "prefix": prefix}
+    if database is not None:
+        q["database"] = database
     return parse_config(
         {
             "pool": {"name": "p", "capacity": {"gpus": 8}},
@@ -54,7 +57,7 @@ def cfg_with(url_path: Path, prefix: str = "gps") -> Config:
                 {
                     "name": "train",
                     "gpusPerJob": 1,
-                    "queue": {"urlFile": str(url_path), "prefix": prefix},
+                    "queue": q,
                 },
                 {"name": "plain", "gpusPerJob": 1},
             ],
@@ -119,6 +122,41 @@ async def test_an_unread_queue_gives_the_reason_never_a_count(
     assert read.items is None
     assert read.error is not None and words in read.error
     assert PASSWORD not in read.error and "nope" not in read.error
+    depth.close()
+
+
+# (how the URL selects its database, queue.database, the items read or words in the error)
+DATABASE_CASES = [
+    pytest.param("/0", 0, 1, None, id="path-matches"),
+    pytest.param("", 0, 1, None, id="no-database-is-0"),
+    pytest.param("/3", 0, None, "selects database 3", id="path-differs"),
+    pytest.param("?db=3", 0, None, "selects database 3", id="query-differs"),
+    # Unchecked, the other database is read, and its queue looks empty: what the check stops.
+    pytest.param("/3", None, 0, None, id="unchecked-reads-another-database"),
+]
+
+
+@pytest.mark.parametrize(("select", "database", "items", "words"), DATABASE_CASES)
+async def test_a_url_on_another_database_than_the_workers_is_unread(
+    tmp_path: Path,
+    redis_server: RedisServer,
+    queue: WorkQueue,
+    select: str,
+    database: int | None,
+    items: int | None,
+    words: str | None,
+) -> None:
+    queue.submit("train", {"N": "1"})  # the workers' queue, in database 0
+    url = redis_server.url.removesuffix("/0") + select
+    cfg = cfg_with(url_file(tmp_path, url), database=database)
+    depth = RedisQueueDepth()
+    read = (await depth.read(cfg))["train"]
+    assert read.items == items
+    if words is None:
+        assert read.error is None
+    else:
+        assert read.error is not None and words in read.error
+        assert "database 0" in read.error and PASSWORD not in read.error
     depth.close()
 
 

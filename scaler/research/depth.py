@@ -56,6 +56,7 @@ class RedisQueueDepth:
                 used.add(key)
                 if key not in self._clients:
                     self._clients[key] = self._client_for(*key)
+                _check_database(self._clients[key], c.queue)
             except InputError as e:
                 plans.append(QueueRead(None, str(e)))
                 continue
@@ -122,3 +123,17 @@ def _url(q: ResearchQueue) -> str:
     if not text:
         raise InputError(f"queue.urlFile {q.urlFile} is empty")
     return text
+
+
+def _check_database(client: redis.Redis, q: ResearchQueue) -> None:
+    """The URL's database against the workers' (`queue.database`), as the client parsed it
+    (path `/N` or `?db=N`, default 0). Another database holds no items of theirs."""
+    if q.database is None:
+        return
+    db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
+    if db != q.database:
+        raise InputError(
+            f"queue.urlFile {q.urlFile}: the URL selects database {db}, the workers' queue "
+            f"is in database {q.database} (queue.database; the chart's "
+            "researchQueue.redis.databaseIndex)"
+        )

@@ -402,7 +402,13 @@ authenticationRef:
 {{- $r := omit . "scaledJob" "namespace" "queue" }}
 {{- $q := include "gps.queue" (list $ .) | fromJson }}
 {{- if include "gps.scalerReadsQueue" $q }}
-{{- $_ := set $r "queue" (dict "urlFile" (printf "%s/url" (include "gps.queueUrlDir" .name)) "prefix" $q.prefix) }}
+{{- $rq := dict "urlFile" (printf "%s/url" (include "gps.queueUrlDir" .name)) "prefix" $q.prefix }}
+{{- /* The chart builds the workers' URL on databaseIndex (no redis.urlKey): the scaler
+       refuses a URL on another database, where the queue would look empty. */}}
+{{- if not $q.redis.urlKey }}
+{{- $_ := set $rq "database" (int $q.redis.databaseIndex) }}
+{{- end }}
+{{- $_ := set $r "queue" $rq }}
 {{- end }}
 {{- $research = append $research $r }}
 {{- end }}
