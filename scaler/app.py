@@ -109,6 +109,7 @@ class Scaler:
         self._static = StaticDiscovery()
         self._kube_discovery: Any = None  # KubeDiscovery, built when a service needs it
         self._kube_client: Any = None
+        self._kube_lock = threading.Lock()
         self._node_capacity: NodeCapacityWatcher | None = None
         self._node_capacity_key: tuple[object, ...] | None = None
         self._hpa: HpaChecker | None = None
@@ -155,8 +156,14 @@ class Scaler:
         )
 
     def _redis_queues(self) -> QueueReader:
-        self._queue_depth = RedisQueueDepth()
+        self._queue_depth = RedisQueueDepth(secrets=self._read_secret)
         return self._queue_depth
+
+    def _read_secret(self, namespace: str, name: str, timeout_s: float) -> dict[str, str]:
+        """research[].queue.secret (called from a worker thread)."""
+        from scaler.ingest.kube_secret import read_secret
+
+        return read_secret(self._kube(), namespace, name, timeout_s)
 
     def _state_store(self) -> StateStore | None:
         server = self.holder.current()[0].server  # read at start; a reload does not move it
@@ -203,10 +210,12 @@ class Scaler:
         return self._node_capacity.current()
 
     def _kube(self) -> Any:
-        if self._kube_client is None:
-            factory = self.options.kube_api or make_api_client
-            self._kube_client = factory()
-        return self._kube_client
+        # Locked: the queue's Secret is read from a worker thread, the rest from the loop's.
+        with self._kube_lock:
+            if self._kube_client is None:
+                factory = self.options.kube_api or make_api_client
+                self._kube_client = factory()
+            return self._kube_client
 
     # -- probes ---------------------------------------------------------------------
     def _live(self) -> tuple[bool, str]:

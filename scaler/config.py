@@ -495,14 +495,34 @@ class InferenceService(_Model):
         return self
 
 
+class QueueSecret(_Model):
+    """The workers' Redis Secret, read by the scaler through the Kubernetes API (it needs
+    `get` on that one Secret: the chart's Role). Re-read every minute, so a rotated
+    password takes effect without a restart."""
+
+    namespace: Annotated[str, Field(min_length=1)]  # required; the research class's
+    name: Annotated[str, Field(min_length=1)]  # required
+    # Key of a complete redis:// URL; unset: the URL is built from `queue.address`,
+    # `queue.database` and the password (and user name) below.
+    urlKey: Annotated[str, Field(min_length=1)] | None = None
+    passwordKey: Annotated[str, Field(min_length=1)] = "password"
+    usernameKey: Annotated[str, Field(min_length=1)] | None = None  # unset: the default user
+
+
 class ResearchQueue(_Model):
     """The class is fed by the work queue (docs/research-queue.md): the scaler reads the
     class's outstanding items (waiting + leased) and answers KEDA min(slots, items), so an
-    empty queue starts no Job. No answer from Redis: 0 slots (research fails closed)."""
+    empty queue starts no Job. No answer from Redis: 0 slots (research fails closed).
+
+    Where the queue's URL comes from: `urlFile` (a mounted Secret) or `secret` (the
+    workers' Secret through the Kubernetes API), exactly one."""
 
     # File holding the queue's redis:// URL (a mounted Secret), read each cycle: a rotated
     # Secret takes effect without a restart.
-    urlFile: Annotated[str, Field(min_length=1)]  # required
+    urlFile: Annotated[str, Field(min_length=1)] | None = None
+    secret: QueueSecret | None = None
+    # host:port of the queue's Redis, for a URL built from `secret`'s password.
+    address: Annotated[str, Field(min_length=1)] | None = None
     prefix: Annotated[str, Field(min_length=1)] = "gps"  # key prefix: <prefix>:q:<class>
     # Per read (connect + reply); unset: scrape.timeoutSeconds (the read runs beside the
     # scrape, each cycle).
@@ -510,8 +530,22 @@ class ResearchQueue(_Model):
     # The workers' Redis database (the chart sets it when it builds their URL, from
     # researchQueue.redis.databaseIndex). A URL selecting another one leaves the queue
     # unread with that reason: read there, the queue would look empty and start no Job.
-    # Unset: the URL's database is trusted.
+    # Unset: the URL's database is trusted (0 for a URL built from `secret`).
     database: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ResearchQueue:
+        if (self.urlFile is None) == (self.secret is None):
+            raise ValueError(
+                "give the queue's URL as urlFile (a mounted Secret) or secret (read through "
+                "the Kubernetes API), exactly one"
+            )
+        if self.secret is not None and self.secret.urlKey is None and self.address is None:
+            raise ValueError(
+                "address (host:port) is required to build the URL from secret.passwordKey; "
+                "or set secret.urlKey"
+            )
+        return self
 
     def timeout_s(self, scrape: ScrapeConfig) -> float:
         return self.timeoutSeconds if self.timeoutSeconds is not None else scrape.timeoutSeconds

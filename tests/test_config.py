@@ -166,10 +166,29 @@ BAD = [
         "slo is measured from vLLM's TTFT histogram; engine 'tgi' is not supported",
     ),
     (
-        "queue-without-url-file",
+        "queue-without-url",
         "research.0.queue",
         {"prefix": "gps"},
-        "research[0].queue.urlFile: Field required",
+        "research[0].queue: give the queue's URL as urlFile (a mounted Secret) or secret",
+    ),
+    (
+        "queue-with-two-urls",
+        "research.0.queue",
+        {"urlFile": "/run/url", "secret": {"namespace": "r", "name": "s", "urlKey": "url"}},
+        "research[0].queue: give the queue's URL as urlFile (a mounted Secret) or secret",
+    ),
+    (
+        "queue-secret-password-without-address",
+        "research.0.queue",
+        {"secret": {"namespace": "r", "name": "s"}},
+        "research[0].queue: address (host:port) is required to build the URL from "
+        "secret.passwordKey",
+    ),
+    (
+        "queue-secret-without-name",
+        "research.0.queue",
+        {"secret": {"namespace": "r", "urlKey": "url"}},
+        "research[0].queue.secret.name: Field required",
     ),
     (
         "queue-timeout-above-interval",

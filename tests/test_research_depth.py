@@ -6,6 +6,7 @@ answers and explain."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import urllib.request
@@ -19,13 +20,16 @@ import yaml
 
 from scaler.app import Options, Running, Scaler
 from scaler.config import Config, load_config, parse_config
-from scaler.research.depth import RedisQueueDepth
+from scaler.core.decision import QueueRead
+from scaler.ingest.kube_secret import SecretUnreadable
+from scaler.research.depth import SECRET_REFRESH_S, RedisQueueDepth
 from scaler.research.queue import WorkQueue
 from scaler.research.redisconn import connect
 from tests.support.exposition import ExpositionServer
 from tests.support.paths import FIXTURES
 from tests.support.redisserver import RedisServer, registered_queue, running_redis
 from tests.support.scaler import Client, wait_for, write_config
+from tests.support.secretapi import running_secret_api
 
 PASSWORD = "depth-pw-1"
 
@@ -236,6 +240,128 @@ async def test_a_read_waits_no_longer_than_its_timeout(
     depth.close()
 
 
+# -- the workers' Secret through the Kubernetes API (queue.secret) ----------------------
+
+
+def secret_cfg(redis_server: RedisServer, **secret: Any) -> Config:
+    q: dict[str, Any] = {
+        "secret": {"namespace": "research", "name": "research-redis", **secret},
+        "address": f"127.0.0.1:{redis_server.port}",
+    }
+    return parse_config(
+        {
+            "pool": {"name": "p", "capacity": {"gpus": 8}},
+            "research": [{"name": "train", "gpusPerJob": 1, "queue": q}],
+        }
+    )
+
+
+class Secrets:
+    """A SecretGetter over a dict (the seam the scaler's Kubernetes client fills)."""
+
+    def __init__(self, data: dict[str, str] | Exception) -> None:
+        self.data = data
+        self.calls = 0
+
+    def __call__(self, namespace: str, name: str, timeout_s: float) -> dict[str, str]:
+        assert (namespace, name) == ("research", "research-redis")
+        self.calls += 1
+        if isinstance(self.data, Exception):
+            raise self.data
+        return self.data
+
+
+# (the Secret's data or the getter's error, queue.secret's keys, items read or error words)
+SECRET_CASES = [
+    pytest.param({"password": PASSWORD}, {}, 1, id="url-built-from-the-password"),
+    pytest.param(
+        {"user": "default", "password": PASSWORD},
+        {"usernameKey": "user"},
+        1,
+        id="with-a-user-name",
+    ),
+    pytest.param({"url": "URL"}, {"urlKey": "url"}, 1, id="the-workers-full-url"),
+    pytest.param({"pass": PASSWORD}, {}, "has no key 'password'", id="missing-key"),
+    pytest.param({"password": "nope"}, {}, "refused the credentials", id="wrong-password"),
+    pytest.param(
+        SecretUnreadable("Secret research/research-redis: forbidden (the scaler's ...)"),
+        {},
+        "Secret research/research-redis: forbidden",
+        id="api-refuses",
+    ),
+    pytest.param(None, {}, "no Kubernetes API client", id="no-api-client"),
+]
+
+
+@pytest.mark.parametrize(("data", "keys", "want"), SECRET_CASES)
+async def test_the_workers_secret_gives_the_url(
+    redis_server: RedisServer,
+    queue: WorkQueue,
+    data: dict[str, str] | Exception | None,
+    keys: dict[str, str],
+    want: int | str,
+) -> None:
+    queue.submit("train", {"N": "1"})
+    if isinstance(data, dict) and data.get("url") == "URL":
+        data = {"url": redis_server.url}
+    depth = RedisQueueDepth(secrets=Secrets(data) if data is not None else None)
+    read = (await depth.read(secret_cfg(redis_server, **keys)))["train"]
+    if isinstance(want, int):
+        assert (read.items, read.error) == (want, None)
+    else:
+        assert read.items is None and read.error is not None and want in read.error
+        assert PASSWORD not in read.error
+    depth.close()
+
+
+async def test_a_password_that_is_not_url_safe_is_quoted(tmp_path: Path) -> None:
+    # The chart's worker URL needs a URL-safe password; the scaler builds its own, quoted.
+    password = "p@ss:/w#rd%?"
+    for server in running_redis(tmp_path, password=password):
+        q = WorkQueue(server.client())  # not through its URL: that password is not URL-safe
+        q.update_classes(add=["train"])
+        q.submit("train", {"N": "1"})
+        depth = RedisQueueDepth(secrets=Secrets({"password": password}))
+        read = (await depth.read(secret_cfg(server)))["train"]
+        assert (read.items, read.error) == (1, None)
+        depth.close()
+
+
+async def test_the_secret_is_read_again_each_minute_and_kept_when_that_fails(
+    redis_server: RedisServer, queue: WorkQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    secrets = Secrets({"password": PASSWORD})
+    depth = RedisQueueDepth(secrets=secrets, clock=lambda: now[0])
+    cfg = secret_cfg(redis_server)
+    queue.submit("train", {"N": "1"})
+
+    async def read_at(t: float) -> QueueRead:
+        now[0] = t
+        return (await depth.read(cfg))["train"]
+
+    for t in (0.0, 10.0, SECRET_REFRESH_S - 1):
+        assert (await read_at(t)).items == 1
+    assert secrets.calls == 1  # read once within the minute
+    # The API refuses the next read: the credentials read before still count the items
+    # (the count is live from Redis), and the refusal is logged once.
+    secrets.data = SecretUnreadable("Secret research/research-redis: forbidden")
+    with caplog.at_level(logging.WARNING, logger="scaler.research.depth"):
+        assert (await read_at(SECRET_REFRESH_S)).items == 1
+        assert (await read_at(SECRET_REFRESH_S + 5)).items == 1
+    warned = [r.getMessage() for r in caplog.records if "credentials unread" in r.getMessage()]
+    assert warned == [
+        "work queue credentials unread: Secret research/research-redis: forbidden "
+        "(keeping the credentials read before)"
+    ]
+    # Rotated: Redis takes a new password and the Secret holds it; within the next minute
+    # the old one is refused, then the new one is read and used.
+    redis_server.client().config_set("requirepass", "rotated-pw-2")
+    secrets.data = {"password": "rotated-pw-2"}
+    assert (await read_at(2 * SECRET_REFRESH_S + 5)).items == 1
+    depth.close()
+
+
 # -- the whole scaler ------------------------------------------------------------------
 
 
@@ -329,3 +455,43 @@ async def test_the_queue_read_is_in_the_metrics(
         lambda: 'gpu_pool_scaler_research_queue_unread{research_class="train"} 1.0' in metric()
     )
     assert 'research_queue_items{research_class="train"}' not in metric()
+
+
+async def test_the_scaler_reads_the_workers_secret_through_its_kubernetes_client(
+    tmp_path: Path,
+    exposition_server: Callable[[str], ExpositionServer],
+    redis_server: RedisServer,
+    queue: WorkQueue,
+) -> None:
+    """The serve wiring: queue.secret read with the scaler's own API client (a real HTTP
+    server in the API's place), then the count from Redis in KEDA's answers."""
+    target = exposition_server((FIXTURES / "metrics_after_load.txt").read_text())
+    path = write_config(tmp_path / "pool.yaml", [target.address])
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    q = {
+        "secret": {"namespace": "research", "name": "research-redis"},
+        "address": f"127.0.0.1:{redis_server.port}",
+        "database": 0,
+    }
+    data["research"] = [
+        {"name": "train", "gpusPerJob": 1, "maxJobs": 100, "queue": q},
+        {"name": "eval", "gpusPerJob": 1, "maxJobs": 100},
+    ]
+    path.write_text(yaml.safe_dump(data))
+    for api in running_secret_api():
+        api.secrets[("research", "research-redis")] = {"password": PASSWORD.encode()}
+        scaler = Scaler(
+            load_config(path),
+            Options(str(path), grpc_port=0, metrics_port=0, host="127.0.0.1", kube_api=api.client),
+        )
+        running = await scaler.start()
+        client = Client(running.grpc_port)
+        try:
+            await answers(client, 0, 56)
+            for n in range(3):
+                queue.submit("train", {"N": str(n)})
+            await answers(client, 3, 53)
+            assert api.gets == {("research", "research-redis"): 1}  # not once per cycle
+        finally:
+            await client.channel.close()
+            await scaler.shutdown(running)

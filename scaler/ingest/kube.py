@@ -20,7 +20,8 @@ def make_api_client() -> k8s_client.ApiClient:
         except (k8s_config.ConfigException, OSError) as kubeconfig:
             raise NoKubeAPI(
                 "the configuration reads or writes the Kubernetes API (pool.capacity.nodes, "
-                "targets.kubernetes, server.hpaCheck or server.stateConfigMap) but no "
+                "targets.kubernetes, server.hpaCheck, server.stateConfigMap or "
+                "research[].queue.secret) but no "
                 f"credentials were found: not in a pod ({in_cluster}) and no usable "
                 f"kubeconfig ({kubeconfig}); set KUBECONFIG, or run in the cluster"
             ) from None

@@ -8,12 +8,19 @@ Expired leases still count: the next worker's take requeues them (scripts.TAKE).
 
 A read that fails gives the error, never a 0: the class then gets 0 slots because its
 queue is unknown (fail closed), and explain says why.
+
+The URL comes from a file (`queue.urlFile`, a mounted Secret, read each cycle) or from the
+workers' Secret through the Kubernetes API (`queue.secret`, through an injected getter,
+re-read every SECRET_REFRESH_S; a failed re-read keeps the credentials last read, since
+the count itself still comes live from Redis, and is logged).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +35,13 @@ from scaler.research.redisconn import connect, describe
 
 log = logging.getLogger("scaler.research.depth")
 
+# How often the workers' Secret is read again (s): a rotated password is used within this,
+# about the lag of a Secret mounted by the kubelet.
+SECRET_REFRESH_S = 60.0
+
+# (namespace, name, timeout_s) -> the Secret's data, decoded; raises with a one-line reason.
+SecretGetter = Callable[[str, str, float], Mapping[str, str]]
+
 
 class QueueReader(Protocol):
     async def read(self, cfg: Config) -> Mapping[str, QueueRead]:
@@ -40,19 +54,31 @@ class RedisQueueDepth:
     concurrently from worker threads, each within its timeout. URLs and clients are
     resolved in the caller's thread, so the threads share no state."""
 
-    def __init__(self, client_for: Callable[[str, float], redis.Redis] | None = None) -> None:
+    def __init__(
+        self,
+        client_for: Callable[[str, float], redis.Redis] | None = None,
+        *,
+        secrets: SecretGetter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._client_for = client_for or (lambda url, t: connect(url, timeout_s=t))
         self._clients: dict[tuple[str, float], redis.Redis] = {}
         self._errors: dict[str, str] = {}  # class -> last error logged (once per change)
+        self._secrets = secrets
+        self._clock = clock
+        # (namespace, name) -> (read at, data); and the last failure of each, if any.
+        self._secret_data: dict[tuple[str, str], tuple[float, Mapping[str, str]]] = {}
+        self._secret_errors: dict[tuple[str, str], str] = {}
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
         classes = [c for c in cfg.research if c.queue is not None]
+        await self._refresh_secrets(cfg)
         plans: list[_Plan | QueueRead] = []
         used: set[tuple[str, float]] = set()
         for c in classes:
             assert c.queue is not None
             try:
-                key = (_url(c.queue), c.queue.timeout_s(cfg.scrape))
+                key = (self._url(c.queue), c.queue.timeout_s(cfg.scrape))
                 used.add(key)
                 if key not in self._clients:
                     self._clients[key] = self._client_for(*key)
@@ -69,6 +95,59 @@ class RedisQueueDepth:
         for name, r in out.items():
             self._log(name, r)
         return out
+
+    async def _refresh_secrets(self, cfg: Config) -> None:
+        """Reads the workers' Secrets not read within SECRET_REFRESH_S, concurrently, off
+        this thread (the API call blocks)."""
+        wanted: dict[tuple[str, str], float] = {}
+        for c in cfg.research:
+            if c.queue is not None and c.queue.secret is not None:
+                k = (c.queue.secret.namespace, c.queue.secret.name)
+                wanted[k] = max(wanted.get(k, 0.0), c.queue.timeout_s(cfg.scrape))
+        for k in set(self._secret_data) - set(wanted):
+            del self._secret_data[k]
+        for k in set(self._secret_errors) - set(wanted):
+            del self._secret_errors[k]
+        now = self._clock()
+        due = [
+            k
+            for k in wanted
+            if k not in self._secret_data or now - self._secret_data[k][0] >= SECRET_REFRESH_S
+        ]
+        if not due:
+            return
+        got = await asyncio.gather(
+            *(asyncio.to_thread(self._get_secret, k, wanted[k]) for k in due)
+        )
+        for k, (data, error) in zip(due, got, strict=True):
+            if data is not None:
+                self._secret_data[k] = (now, data)
+                if self._secret_errors.pop(k, None) is not None:
+                    log.info("Secret %s/%s read again", *k)
+                continue
+            if error != self._secret_errors.get(k):
+                kept = " (keeping the credentials read before)" if k in self._secret_data else ""
+                log.warning("work queue credentials unread: %s%s", error, kept)
+            self._secret_errors[k] = error
+
+    def _get_secret(
+        self, k: tuple[str, str], timeout_s: float
+    ) -> tuple[Mapping[str, str] | None, str]:
+        if self._secrets is None:
+            return None, f"Secret {k[0]}/{k[1]}: no Kubernetes API client (queue.secret)"
+        try:
+            return dict(self._secrets(k[0], k[1], timeout_s)), ""
+        except Exception as e:  # the getter's reason, whatever failed: never a crash here
+            return None, str(e) or f"Secret {k[0]}/{k[1]}: {type(e).__name__}"
+
+    def _url(self, q: ResearchQueue) -> str:
+        if q.urlFile is not None:
+            return _file_url(q.urlFile)
+        assert q.secret is not None
+        k = (q.secret.namespace, q.secret.name)
+        if k not in self._secret_data:
+            raise InputError(self._secret_errors.get(k) or f"Secret {k[0]}/{k[1]}: not read yet")
+        return _secret_url(q, self._secret_data[k][1])
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -113,16 +192,38 @@ def _count(p: _Plan) -> QueueRead:
         return QueueRead(None, describe(e, p.url))
 
 
-def _url(q: ResearchQueue) -> str:
+def _file_url(path: str) -> str:
     """The URL from `urlFile`, read every time: a rotated Secret takes effect on its own."""
     try:
-        text = Path(q.urlFile).read_text(encoding="utf-8").strip()
+        text = Path(path).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise InputError(f"queue.urlFile {q.urlFile}: cannot read: {why}") from None
+        raise InputError(f"queue.urlFile {path}: cannot read: {why}") from None
     if not text:
-        raise InputError(f"queue.urlFile {q.urlFile} is empty")
+        raise InputError(f"queue.urlFile {path} is empty")
     return text
+
+
+def _secret_url(q: ResearchQueue, data: Mapping[str, str]) -> str:
+    """The workers' URL: their Secret's `urlKey`, else built as the chart builds it for them
+    (redis://[user]:password@address/database), the password quoted."""
+    assert q.secret is not None
+    where = f"Secret {q.secret.namespace}/{q.secret.name}"
+
+    def value(key: str) -> str:
+        v = data.get(key, "").strip()
+        if not v:
+            raise InputError(f"{where} has no key {key!r} (or it is empty)")
+        return v
+
+    if q.secret.urlKey is not None:
+        return value(q.secret.urlKey)
+    user = value(q.secret.usernameKey) if q.secret.usernameKey is not None else ""
+    password = value(q.secret.passwordKey)
+    quote = urllib.parse.quote
+    return (
+        f"redis://{quote(user, safe='')}:{quote(password, safe='')}@{q.address}/{q.database or 0}"
+    )
 
 
 def _check_database(client: redis.Redis, q: ResearchQueue) -> None:
@@ -130,10 +231,11 @@ def _check_database(client: redis.Redis, q: ResearchQueue) -> None:
     (path `/N` or `?db=N`, default 0). Another database holds no items of theirs."""
     if q.database is None:
         return
+    source = f"queue.urlFile {q.urlFile}" if q.urlFile is not None else "queue.secret's URL"
     db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
     if db != q.database:
         raise InputError(
-            f"queue.urlFile {q.urlFile}: the URL selects database {db}, the workers' queue "
+            f"{source}: the URL selects database {db}, the workers' queue "
             f"is in database {q.database} (queue.database; the chart's "
             "researchQueue.redis.databaseIndex)"
         )
