@@ -316,11 +316,11 @@ def values(
         # grace period not above queue.worker.reportSeconds, 20 s by default).
         sj = {**research["scaledJob"], "job": {"terminationGracePeriodSeconds": 30}}
         research = {**research, "name": "train", "queue": {"enabled": True}, "scaledJob": sj}
-        # researchQueue.scaler: the scaler counts the queue's items (its trigger alone).
+        # The chart's default: the scaler counts the queue's items (its trigger alone),
+        # reading the workers' Secret through the API (researchQueue.scaler.readWorkerSecret).
         queue = {
             "researchQueue": {
                 "redis": {"address": f"127.0.0.1:{redis_port}", "secretName": "research-redis"},
-                "scaler": {"secretName": "scaler-redis"},
             }
         }
     out: dict[str, Any] = {
@@ -493,7 +493,6 @@ class Ctx:
     pool_gpus: int
     cleanup: list[Callable[[], object]] = field(default_factory=list)
     redis_port: int | None = None  # set by scenario 7
-    queue_dir: Path | None = None  # scenario 7: where the queue URL files are (kubelet's part)
 
 
 def create_inference_deployment(api: Api) -> None:
@@ -757,11 +756,13 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
 
 def s7_queue(c: Ctx) -> dict[str, Any]:
     """A queued class on the real KEDA: `helm upgrade` swaps class eval for class train fed
-    by the work queue, which the scaler reads itself (researchQueue.scaler: its trigger
-    alone). With the queue EMPTY and free GPUs, KEDA must start no Job; items submitted with
-    the real WorkQueue then get min(queued items, the free slots) Jobs. (kwok runs no
-    container, so gpu-pool-worker itself does not run here: tests/test_research_* and
-    tests/test_chart.py run it against the real scaler and Redis.)"""
+    by the work queue, which the scaler reads itself (the chart's default: its trigger
+    alone; the workers' Secret read through the API, which the chart's Role allows for that
+    Secret only, checked with the ServiceAccount's token). With the queue EMPTY and free
+    GPUs, KEDA must start no Job; items submitted with the real WorkQueue then get
+    min(queued items, the free slots) Jobs. (kwok runs no container, so gpu-pool-worker
+    itself does not run here: tests/test_research_* and tests/test_chart.py run it against
+    the real scaler and Redis.)"""
     from scaler.research.queue import WorkQueue
     from scaler.research.redisconn import connect
 
@@ -793,19 +794,9 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
     wait("redis-server answers", client.ping, 20)
     q = WorkQueue(client)
     q.update_classes(add=["train"])
-    api.core.create_namespaced_secret(
-        NS, {"metadata": {"name": "research-redis"}, "stringData": {"password": password}}
-    )
-    # The scaler's Secret (release namespace): the queue's URL, which the chart mounts at
-    # /var/run/gpu-pool-scaler/queue/train/url; here a file laid out the same way.
-    url = f"redis://:{password}@127.0.0.1:{port}/0"
-    api.core.create_namespaced_secret(
-        NS, {"metadata": {"name": "scaler-redis"}, "stringData": {"url": url}}
-    )
-    queue_dir = c.vfile.parent / "queue" / "train"
-    queue_dir.mkdir(parents=True, exist_ok=True)
-    (queue_dir / "url").write_text(url)
-    c.queue_dir = queue_dir.parent
+    # The workers' Secret, which the scaler reads too; and one it must not read.
+    for name, data in (("research-redis", {"password": password}), ("decoy", {"x": "y"})):
+        api.core.create_namespaced_secret(NS, {"metadata": {"name": name}, "stringData": data})
     c.farm.rps = LOW_RPS
     wait("inference back at 1 replica", lambda: api.deploy_replicas() == 1, 240)
     c.redis_port = port
@@ -821,14 +812,15 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULL
     ]
     gen = scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0
-    c.config_file.write_text(local_config(c, cm["data"]["config.yaml"]))
+    c.config_file.write_text(cm["data"]["config.yaml"])
     wait(
         "the scaler reloads the config with class train",
         lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) > gen,
         60,
     )
     c.helm.install(c.vfile, upgrade=True)
-    c.config_file.write_text(local_config(c, c.helm.config()))
+    c.config_file.write_text(c.helm.config())
+    secret_rbac = queue_secret_rbac(c)
     # Class eval is gone: its Jobs go with its ScaledJob (owner references), or by hand.
     from kubernetes.client.exceptions import ApiException
 
@@ -913,15 +905,40 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         "first_jobs_after_s": round(t_first, 1),
         "research_gpus_running": g,
         "keda_list": client.llen("gps:q:train"),
+        **secret_rbac,
     }
 
 
-def local_config(c: Ctx, config: str) -> str:
-    """The chart's config.yaml with the paths the chart mounts Secrets at moved to the
-    files this harness lays out the same way (kubelet's part)."""
-    if c.queue_dir is not None:
-        config = config.replace("/var/run/gpu-pool-scaler/queue/", f"{c.queue_dir}/")
-    return config
+def queue_secret_rbac(c: Ctx) -> dict[str, Any]:
+    """The chart's Role lets the scaler's ServiceAccount get the workers' Redis Secret and
+    no other: read with the product's own reader and the ServiceAccount's token."""
+    from kubernetes import client
+
+    from scaler.ingest.kube_secret import SecretUnreadable, read_secret
+
+    core = c.api.core
+    role = client.RbacAuthorizationV1Api(core.api_client).read_namespaced_role(
+        f"{FULL}-queue-secret", NS
+    )
+    rules = [(r.resources, r.resource_names, r.verbs) for r in role.rules or []]
+    if rules != [(["secrets"], ["research-redis"], ["get"])]:
+        raise Failed(f"queue-secret Role rules: {rules}")
+    tok = core.create_namespaced_service_account_token(
+        FULL, NS, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    kc = token_kubeconfig(c.api.kubeconfig, tok, c.config_file.parent / "kubeconfig-queue-sa")
+    sa = cluster.api_client(kc)
+    data = read_secret(sa, NS, "research-redis", 10)
+    if "password" not in data:
+        raise Failed(f"the ServiceAccount read Secret research-redis without its password: {data}")
+    try:
+        read_secret(sa, NS, "decoy", 10)
+        raise Failed("the scaler's ServiceAccount can read Secret decoy")
+    except SecretUnreadable as e:
+        if "forbidden" not in str(e):
+            raise
+        refused = str(e)
+    return {"sa_reads": "research-redis", "sa_refused": refused}
 
 
 def keda_polled(api: Api, name: str) -> bool:
@@ -964,7 +981,6 @@ def s5_tls(c: Ctx) -> dict[str, Any]:
     config = c.helm.config()
     if "/var/run/gpu-pool-scaler/tls/" not in config:
         raise Failed("the chart's config has no TLS file paths")
-    config = local_config(c, config)
     c.config_file.write_text(config.replace("/var/run/gpu-pool-scaler/tls/", f"{tls_dir}/"))
     c.scaler.stop()
     t0 = time.monotonic()

@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,7 @@ from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.config import ConfigError, load_config, parse_config
 from scaler.serve.metrics import ScalerMetrics
 from scaler.sim.kube import research_priorities
-from tests.support.kubeapi import FakeKubeAPI
+from tests.support.kubeapi import FakeKubeAPI, make_secret
 from tests.support.paths import FIXTURES, KEDA_CRDS, REPO
 from tests.support.pki import make_pki
 from tests.support.redisserver import RedisServer, registered_queue, running_redis
@@ -464,6 +464,8 @@ class RbacCase:
     token: bool
     # pool.giveBack: research pods read per namespace (node capacity, no subtractForeignPods)
     research_pod_namespaces: frozenset[str] = frozenset()
+    # researchQueue.scaler.readWorkerSecret: namespace -> the Secrets the scaler may get there
+    queue_secrets: dict[str, list[str]] = field(default_factory=dict)
 
 
 SERVING = frozenset({"serving"})
@@ -486,7 +488,9 @@ RBAC_CASES = [
         research_pod_namespaces=frozenset({NAMESPACE}),
     ),
     RbacCase("tls", None, SERVING, SERVING, token=True),
-    RbacCase("queue", None, SERVING, SERVING, token=True),
+    RbacCase(
+        "queue", None, SERVING, SERVING, token=True, queue_secrets={"research": ["research-redis"]}
+    ),
 ]
 
 
@@ -515,7 +519,11 @@ def test_rbac_is_read_only_and_only_what_is_used(
         for rule in role["rules"]:
             assert set(rule["verbs"]) <= READ_VERBS, rule
             assert "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
-            assert "secrets" not in rule["resources"], rule
+            if "secrets" in rule["resources"]:
+                # Only the queue's: get, on Secrets named one by one (never list or watch).
+                assert rule["resources"] == ["secrets"] and rule["verbs"] == ["get"], rule
+                ns = role["metadata"]["namespace"]
+                assert rule["resourceNames"] == case.queue_secrets[ns], rule
     cluster = objs(docs, "ClusterRole")
     if case.cluster_resources is None:
         assert not cluster and not objs(docs, "ClusterRoleBinding")
@@ -537,13 +545,19 @@ def test_rbac_is_read_only_and_only_what_is_used(
             for r in found
             if r["metadata"]["name"].endswith("-research-pods")
         }
-        assert (discovery, hpa, research) == (
+        queue = {
+            r["metadata"]["namespace"]
+            for r in found
+            if r["metadata"]["name"].endswith("-queue-secret")
+        }
+        assert (discovery, hpa, research, queue) == (
             case.role_namespaces,
             case.hpa_namespaces,
             case.research_pod_namespaces,
+            set(case.queue_secrets),
         ), kind
         # + the state Role(Binding)
-        assert len(found) == len(discovery) + len(hpa) + len(research) + 1
+        assert len(found) == len(discovery) + len(hpa) + len(research) + len(queue) + 1
     for role in objs(docs, "Role"):
         if role["metadata"]["name"].endswith("-hpa-read"):
             assert role["rules"] == [
@@ -1788,9 +1802,9 @@ def test_queue_class_gets_redis_trigger_auth_and_the_worker(
             "multipleScalersCalculation": "min",
         }
         redis_ta = (rc["namespace"], f"{RELEASE}-gpu-pool-scaler-{rc['name']}-redis")
-        if q["scaler"]["secretName"]:
-            # The scaler counts the items (test_scaler_reads_the_queue_...): its trigger alone,
-            # and KEDA gets no Redis password.
+        if q["scaler"]["secretName"] or q["scaler"]["readWorkerSecret"]:
+            # The scaler counts the items (test_scaler_reads_the_queue_... and
+            # test_rendered_queue_job_...): its trigger alone, and KEDA gets no Redis password.
             (scaler_trigger,) = spec["triggers"]
             assert scaler_trigger == ours(sj)
             assert redis_ta not in tas
@@ -2963,8 +2977,9 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
 ) -> None:
     """The research Job's container exactly as rendered (command, args, env expanded as
     kubelet does from the Secret): the real gpu-pool-worker asks the real scaler for slots,
-    takes the item KEDA's redis trigger sees in the rendered list, runs the original
-    command on it, and completes it."""
+    takes the item, runs the original command on it, and completes it. The scaler runs the
+    rendered config (the chart's default: it reads the workers' Secret through the API and
+    counts the queue), so the worker gets its slot only if that read works end to end."""
     from scaler.research.queue import WorkQueue
     from scaler.research.redisconn import connect
     from tests.support.redisserver import running_redis
@@ -3017,11 +3032,21 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
     docs = helm.render(vfile)
     sj = one(docs, "ScaledJob")
     c = _container(sj)
-    (redis_trigger,) = [t for t in sj["spec"]["triggers"] if t["type"] == "redis"]
+    assert [t["type"] for t in sj["spec"]["triggers"]] == ["external"]  # the scaler's alone
 
     config = tmp_path / "config.yaml"
     config.write_text(one(docs, "ConfigMap", f"{RELEASE}-gpu-pool-scaler")["data"]["config.yaml"])
-    api = FakeKubeAPI().start()  # for server.state (the policy memory ConfigMap)
+    queue_cfg = yaml.safe_load(config.read_text())["research"][0]["queue"]
+    assert queue_cfg["secret"] == {
+        "namespace": "research",
+        "name": "redis",
+        "passwordKey": "password",
+    }
+    waiting = f"{queue_cfg['prefix']}:q:eval"  # the worker's layout (docs/research-queue.md)
+    # server.state (the policy memory ConfigMap) and the workers' Secret, which the
+    # chart's Role lets the scaler get.
+    api = FakeKubeAPI().start()
+    api.put("secrets", make_secret("research", "redis", {"password": password.encode()}))
     scaler = subprocess.Popen(
         [sys.executable, "-m", "scaler", "serve", "--config", str(config), "--log-format", "text"],
         stdout=subprocess.PIPE,
@@ -3035,8 +3060,11 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
         queue = WorkQueue(client)
         queue.update_classes(add=["eval"])  # `gpu-pool-scaler research classes` (admin)
         item = queue.submit("eval", {"SHARD": "3"}, submitter="test")
-        # What KEDA's redis trigger reads: the rendered list holds the waiting item.
-        assert client.llen(redis_trigger["metadata"]["listName"]) == 1
+        assert client.llen(waiting) == 1
+        # The scaler counts it (the Secret read through the API, then Redis) before the
+        # worker asks: that one item is the class's one slot.
+        items = 'gpu_pool_scaler_research_queue_items{research_class="eval"}'
+        _wait(lambda: _metric(metrics_port, items) == 1, "the scaler counts the item", scaler)
 
         # kubelet: secretKeyRef → value, then $(VAR) expansion in env values and args.
         env: dict[str, str] = {}
@@ -3064,7 +3092,8 @@ def test_rendered_queue_job_runs_an_item_against_the_real_scaler_and_redis(
         assert ran["SHARD"] == "3" and ran["GPS_RESEARCH_CLASS"] == "eval"
         assert "GPS_REDIS_URL" not in ran  # the URL with the password stays with the worker
         assert password not in worker.stdout + worker.stderr
-        assert client.llen(redis_trigger["metadata"]["listName"]) == 0
+        assert client.llen(waiting) == 0
+        assert any(r.resource == "secrets" for r in api.requests)
     finally:
         client.close()
         scaler.send_signal(signal.SIGTERM)

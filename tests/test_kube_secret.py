@@ -8,21 +8,27 @@ from collections.abc import Iterator
 import pytest
 
 from scaler.ingest.kube_secret import SecretUnreadable, read_secret
-from tests.support.secretapi import FakeSecretApi, running_secret_api
+from tests.support.kubeapi import FakeKubeAPI, make_secret
 
 KEY = ("research", "research-redis")
 
 
 @pytest.fixture
-def api() -> Iterator[FakeSecretApi]:
-    yield from running_secret_api()
+def api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI() as api:
+        yield api
 
 
-def test_the_data_is_decoded_and_non_text_values_left_out(api: FakeSecretApi) -> None:
-    api.secrets[KEY] = {"password": b"p@ss:/w#rd", "url": b"redis://x:6379/0", "bin": b"\xff\xfe"}
+def gets(api: FakeKubeAPI) -> int:
+    return sum(1 for r in api.requests if r.resource == "secrets")
+
+
+def test_the_data_is_decoded_and_non_text_values_left_out(api: FakeKubeAPI) -> None:
+    data = {"password": b"p@ss:/w#rd", "url": b"redis://x:6379/0", "bin": b"\xff\xfe"}
+    api.put("secrets", make_secret(*KEY, data))
     got = read_secret(api.client(), *KEY, timeout_s=5)
     assert got == {"password": "p@ss:/w#rd", "url": "redis://x:6379/0"}
-    assert api.gets == {KEY: 1}
+    assert gets(api) == 1
 
 
 # (HTTP status the API answers, words in the error)
@@ -35,9 +41,12 @@ REFUSED = [
 
 
 @pytest.mark.parametrize(("status", "words"), REFUSED)
-def test_a_refusal_says_why(api: FakeSecretApi, status: int, words: str) -> None:
-    api.secrets[KEY] = {"password": b"secret-value"}
-    api.status[KEY] = status
+def test_a_refusal_says_why(api: FakeKubeAPI, status: int, words: str) -> None:
+    api.put("secrets", make_secret(*KEY, {"password": b"secret-value"}))
+    if status == 404:
+        api.delete("secrets", KEY[1], KEY[0])
+    else:
+        api.fail(status, resources=("secrets",))
     with pytest.raises(SecretUnreadable) as e:
         read_secret(api.client(), *KEY, timeout_s=5)
     assert words in str(e.value)
@@ -45,7 +54,7 @@ def test_a_refusal_says_why(api: FakeSecretApi, status: int, words: str) -> None
 
 
 def test_an_api_that_does_not_answer_says_so() -> None:
-    api = FakeSecretApi()
+    api = FakeKubeAPI().start()
     client = api.client()
     api.stop()  # the port is closed now
     client.configuration.retries = 0

@@ -14,6 +14,7 @@ Resources (generic over paths; add more with `api.register(Resource(...))`):
     pods            /api/v1/pods, /api/v1/namespaces/{ns}/pods     namespaced
     endpointslices  /apis/discovery.k8s.io/v1/endpointslices,
                     /apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices
+    configmaps, secrets  /api/v1/namespaces/{ns}/...            namespaced
     plus GET of one object: .../{plural}/{name}
 
 Writes: POST to a collection creates (409 AlreadyExists when taken), PUT to an object
@@ -50,7 +51,8 @@ Control (thread-safe, from the test):
     api.requests        [Request(method, path, resource, watch, query)] received so far
     api.open_watches(resource=None) -> int
     api.wait_for(predicate, timeout=10.0) -> None (polls; raises AssertionError on timeout)
-Builders for objects in the real JSON shape: make_node, make_pod, make_endpoint_slice.
+Builders for objects in the real JSON shape: make_node, make_pod, make_endpoint_slice,
+make_secret.
 """
 
 from __future__ import annotations
@@ -92,6 +94,7 @@ DEFAULT_RESOURCES = (
     Resource("pods", "Pod", "v1", namespaced=True),
     Resource("endpointslices", "EndpointSlice", "discovery.k8s.io/v1", namespaced=True),
     Resource("configmaps", "ConfigMap", "v1", namespaced=True),
+    Resource("secrets", "Secret", "v1", namespaced=True),
 )
 
 
@@ -851,4 +854,13 @@ def make_endpoint_slice(
             for ip, rdy in endpoints
         ],
         "ports": [{"name": port_name, "port": port, "protocol": "TCP"}],
+    }
+
+
+def make_secret(namespace: str, name: str, data: Mapping[str, bytes]) -> Obj:
+    """A Secret as the API returns it: `data` values base64-encoded."""
+    return {
+        "metadata": {"name": name, "namespace": namespace},
+        "type": "Opaque",
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }

@@ -256,10 +256,34 @@ authenticationRef:
 {{- mustMergeOverwrite (deepCopy $root.Values.researchQueue) (deepCopy (default dict $rc.queue)) | toJson }}
 {{- end }}
 
-{{/* "true" when the scaler reads this queue itself (its `scaler.secretName`): the class's
-     ScaledJob then has the scaler's trigger alone. Argument: the merged queue (gps.queue). */}}
+{{/* "true" when the scaler reads this queue itself: through a Secret mounted in its pod
+     (`scaler.secretName`), else the workers' Secret through the API (`scaler.readWorkerSecret`).
+     The class's ScaledJob then has the scaler's trigger alone. Argument: the merged queue
+     (gps.queue). */}}
 {{- define "gps.scalerReadsQueue" -}}
+{{- if and .enabled (or (.scaler).secretName (.scaler).readWorkerSecret) }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the scaler reads this queue's URL from a Secret mounted in its pod. */}}
+{{- define "gps.scalerQueueFile" -}}
 {{- if and .enabled (.scaler).secretName }}true{{ end }}
+{{- end }}
+
+{{/* "true" when the scaler reads the workers' Secret through the Kubernetes API. */}}
+{{- define "gps.scalerQueueSecret" -}}
+{{- if and (include "gps.scalerReadsQueue" .) (not (include "gps.scalerQueueFile" .)) }}true{{ end }}
+{{- end }}
+
+{{/* "ns=secret,ns=secret": the workers' Secrets the scaler reads through the API. */}}
+{{- define "gps.queueSecretRefs" -}}
+{{- $out := list }}
+{{- range .Values.research }}
+{{- $q := include "gps.queue" (list $ .) | fromJson }}
+{{- if include "gps.scalerQueueSecret" $q }}
+{{- $out = append $out (printf "%s=%s" (include "gps.jobNamespace" (list $ .)) $q.redis.secretName) }}
+{{- end }}
+{{- end }}
+{{- join "," ($out | uniq) }}
 {{- end }}
 
 {{/* Where the scaler's pod mounts a class's queue URL Secret. Argument: the class name. */}}
@@ -359,7 +383,7 @@ authenticationRef:
 {{- end }}
 
 {{- define "gps.needsKubeAPI" -}}
-{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) (include "gps.hpaCheck" .) (include "gps.stateConfigMap" .) }}true{{ end }}
+{{- if or (include "gps.usesNodes" .) (include "gps.discoveryNamespaces" .) (include "gps.hpaCheck" .) (include "gps.stateConfigMap" .) (include "gps.queueSecretRefs" .) }}true{{ end }}
 {{- end }}
 
 {{/* Namespaces holding ScaledObjects/ScaledJobs (one TriggerAuthentication each). */}}
@@ -402,7 +426,17 @@ authenticationRef:
 {{- $r := omit . "scaledJob" "namespace" "queue" }}
 {{- $q := include "gps.queue" (list $ .) | fromJson }}
 {{- if include "gps.scalerReadsQueue" $q }}
-{{- $rq := dict "urlFile" (printf "%s/url" (include "gps.queueUrlDir" .name)) "prefix" $q.prefix }}
+{{- $rq := dict "prefix" $q.prefix }}
+{{- if include "gps.scalerQueueFile" $q }}
+{{- $_ := set $rq "urlFile" (printf "%s/url" (include "gps.queueUrlDir" .name)) }}
+{{- else }}
+{{- /* The workers' Secret, read through the API (the Role in rbac.yaml names it). */}}
+{{- $sec := dict "namespace" (include "gps.jobNamespace" (list $ .)) "name" $q.redis.secretName "passwordKey" $q.redis.passwordKey }}
+{{- with $q.redis.urlKey }}{{ $_ := set $sec "urlKey" . }}{{ end }}
+{{- with $q.redis.usernameKey }}{{ $_ := set $sec "usernameKey" . }}{{ end }}
+{{- $_ := set $rq "secret" $sec }}
+{{- $_ := set $rq "address" $q.redis.address }}
+{{- end }}
 {{- /* The chart builds the workers' URL on databaseIndex (no redis.urlKey): the scaler
        refuses a URL on another database, where the queue would look empty. */}}
 {{- if not $q.redis.urlKey }}

@@ -139,7 +139,7 @@ Rendered by templates/validate.yaml, which helm renders before the other templat
 {{- fail (printf "%s.queue.redis.address: required with %s.queue.enabled: the Redis of the work queue, host:port (or set researchQueue.redis.address for every class)" $at $at) }}
 {{- end }}
 {{- if not (and $redis.secretName $redis.passwordKey) }}
-{{- fail (printf "%s.queue.redis.secretName and .passwordKey: required with %s.queue.enabled: an existing Secret in namespace %s whose key holds the Redis password (KEDA's redis trigger and the worker read it; never inlined in values)" $at $at (include "gps.jobNamespace" (list $ $rc))) }}
+{{- fail (printf "%s.queue.redis.secretName and .passwordKey: required with %s.queue.enabled: an existing Secret in namespace %s whose key holds the Redis password (the worker reads it, and the scaler or KEDA's redis trigger; never inlined in values)" $at $at (include "gps.jobNamespace" (list $ $rc))) }}
 {{- end }}
 {{- $calc := default "min" $sj.scalingStrategy.multipleScalersCalculation }}
 {{- if ne $calc "min" }}
