@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import os
 import re
@@ -31,7 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -465,7 +466,7 @@ class RbacCase:
     # pool.giveBack: research pods read per namespace (node capacity, no subtractForeignPods)
     research_pod_namespaces: frozenset[str] = frozenset()
     # researchQueue.scaler.readWorkerSecret: namespace -> the Secrets the scaler may get there
-    queue_secrets: dict[str, list[str]] = field(default_factory=dict)
+    queue_secrets: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 SERVING = frozenset({"serving"})

@@ -26,10 +26,10 @@ from scaler.research.depth import SECRET_REFRESH_S, RedisQueueDepth
 from scaler.research.queue import WorkQueue
 from scaler.research.redisconn import connect
 from tests.support.exposition import ExpositionServer
+from tests.support.kubeapi import FakeKubeAPI, make_secret
 from tests.support.paths import FIXTURES
 from tests.support.redisserver import RedisServer, registered_queue, running_redis
 from tests.support.scaler import Client, wait_for, write_config
-from tests.support.kubeapi import FakeKubeAPI, make_secret
 
 PASSWORD = "depth-pw-1"
 
