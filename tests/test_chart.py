@@ -2016,6 +2016,82 @@ def test_scaler_reads_the_queue_through_a_mounted_secret(
     assert q is not None and q.database is None
 
 
+def test_the_scaler_may_get_each_queue_secret_and_no_other(helm: Helm, tmp_path: Path) -> None:
+    """The default path (readWorkerSecret): one Role per class namespace naming the workers'
+    Secrets there, each class's config pointing at its own; a class on KEDA's trigger
+    (readWorkerSecret false) or on a mounted URL Secret adds no Secret read."""
+    base = _queue_class()["research"][0]
+    classes = [
+        {**base, "name": "eval", "namespace": "research"},
+        {
+            **base,
+            "name": "sweep",
+            "namespace": "research",
+            "queue": {"enabled": True, "redis": {"secretName": "sweep-redis", "urlKey": "url"}},
+        },
+        {
+            **base,
+            "name": "train",
+            "namespace": "training",
+            "queue": {"enabled": True, "redis": {"usernameKey": "user", "databaseIndex": 2}},
+        },
+        {
+            **base,
+            "name": "keda",
+            "namespace": "other",
+            "queue": {"enabled": True, "scaler": {"readWorkerSecret": False}},
+        },
+        {
+            **base,
+            "name": "mounted",
+            "namespace": "mounted",
+            "queue": {"enabled": True, "scaler": {"secretName": "scaler-redis"}},
+        },
+    ]
+    values = _merge(MINIMAL, {**_queue_class(), "research": classes})
+    f = tmp_path / "v.yaml"
+    f.write_text(yaml.safe_dump(values))
+    docs = helm.render(f)
+    roles = {
+        r["metadata"]["namespace"]: r["rules"]
+        for r in objs(docs, "Role")
+        if r["metadata"]["name"].endswith("-queue-secret")
+    }
+    get = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    assert roles == {
+        "research": [{**get, "resourceNames": ["redis", "sweep-redis"]}],
+        "training": [{**get, "resourceNames": ["redis"]}],
+    }
+    bindings = {
+        b["metadata"]["namespace"]: b["subjects"]
+        for b in objs(docs, "RoleBinding")
+        if b["metadata"]["name"].endswith("-queue-secret")
+    }
+    sa = one(docs, "ServiceAccount")["metadata"]
+    assert bindings == {
+        ns: [{"kind": "ServiceAccount", "name": sa["name"], "namespace": sa["namespace"]}]
+        for ns in roles
+    }
+    cfg = {c.name: c.queue for c in loaded_config(docs, tmp_path).research}
+    address = QUEUE_REDIS["redis"]["address"]
+    assert cfg["eval"] is not None and cfg["eval"].secret is not None
+    assert (cfg["eval"].secret.name, cfg["eval"].address, cfg["eval"].database) == (
+        "redis",
+        address,
+        0,
+    )
+    assert cfg["sweep"] is not None and cfg["sweep"].secret is not None
+    # A whole URL from the Secret: its database is the workers' own, unchecked.
+    assert (cfg["sweep"].secret.urlKey, cfg["sweep"].database) == ("url", None)
+    assert cfg["train"] is not None and cfg["train"].secret is not None
+    assert (cfg["train"].secret.namespace, cfg["train"].secret.usernameKey) == ("training", "user")
+    assert cfg["train"].database == 2
+    assert cfg["keda"] is None  # KEDA's redis trigger counts that queue
+    assert cfg["mounted"] is not None and cfg["mounted"].urlFile is not None
+    notes = _notes(helm, f)
+    assert "it reads Secret redis in training through the API" in notes
+
+
 # ---------------------------------------------------------------- bad values ----
 
 
