@@ -211,13 +211,14 @@ def _secret_url(q: ResearchQueue, data: Mapping[str, str]) -> str:
     where = f"Secret {q.secret.namespace}/{q.secret.name}"
 
     def value(key: str) -> str:
-        v = data.get(key, "").strip()
-        if not v:
+        # As the workers get it (an env var from the key), so no stripping but the URL's.
+        v = data.get(key, "")
+        if not v.strip():
             raise InputError(f"{where} has no key {key!r} (or it is empty)")
         return v
 
     if q.secret.urlKey is not None:
-        return value(q.secret.urlKey)
+        return value(q.secret.urlKey).strip()
     user = value(q.secret.usernameKey) if q.secret.usernameKey is not None else ""
     password = value(q.secret.passwordKey)
     quote = urllib.parse.quote
