@@ -156,7 +156,11 @@ class Scaler:
         )
 
     def _redis_queues(self) -> QueueReader:
-        self._queue_depth = RedisQueueDepth(secrets=self._read_secret)
+        reads = self.metrics.queue_secret_reads
+        self._queue_depth = RedisQueueDepth(
+            secrets=self._read_secret,
+            on_secret_read=lambda ok: reads.labels("ok" if ok else "error").inc(),
+        )
         return self._queue_depth
 
     def _read_secret(self, namespace: str, name: str, timeout_s: float) -> dict[str, str]:

@@ -208,6 +208,31 @@ CASES = [
         {10: [], 20: [{"research_class": "eval"}]},
     ),
     Case(
+        "queue-secret-reads-failing-for-15-min",
+        "GpuPoolScalerResearchQueueSecretUnreadable",
+        # A good read, then every 5-s cycle's re-read refused from minute 10 on.
+        [
+            series("gpu_pool_scaler_research_queue_secret_reads_total", "1x40", result="ok"),
+            series(
+                "gpu_pool_scaler_research_queue_secret_reads_total", "0x10 12+12x30", result="error"
+            ),
+        ],
+        {20: [], 30: [{}]},
+    ),
+    Case(
+        "queue-secret-read-again-quiet",
+        "GpuPoolScalerResearchQueueSecretUnreadable",
+        # Refused for 5 minutes, then read again: no alert.
+        [
+            series(
+                "gpu_pool_scaler_research_queue_secret_reads_total",
+                "0x10 12+12x5 72x30",
+                result="error",
+            )
+        ],
+        {20: [], 30: [], 40: []},
+    ),
+    Case(
         "stale-decisions-at-once",
         "GpuPoolScalerStaleDecisions",
         [series("gpu_pool_scaler_stale_decision_answers_total", "0x10 1+1x5 6x20")],

@@ -1592,6 +1592,7 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
         "GpuPoolScalerCapacityUnknown",
         "GpuPoolScalerResearchStarved",
         "GpuPoolScalerResearchQueueUnread",
+        "GpuPoolScalerResearchQueueSecretUnreadable",
         "GpuPoolScalerStaleDecisions",
         "GpuPoolScalerConfigRejected",
         "GpuPoolScalerHpaIgnoresAnswer",

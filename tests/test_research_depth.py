@@ -464,7 +464,8 @@ async def test_the_scaler_reads_the_workers_secret_through_its_kubernetes_client
     queue: WorkQueue,
 ) -> None:
     """The serve wiring: queue.secret read with the scaler's own API client (a real HTTP
-    server in the API's place), then the count from Redis in KEDA's answers."""
+    server in the API's place), then the count from Redis in KEDA's answers; the reads'
+    outcomes in the metrics."""
     target = exposition_server((FIXTURES / "metrics_after_load.txt").read_text())
     path = write_config(tmp_path / "pool.yaml", [target.address])
     data: dict[str, Any] = yaml.safe_load(path.read_text())
@@ -486,15 +487,25 @@ async def test_the_scaler_reads_the_workers_secret_through_its_kubernetes_client
             load_config(path),
             Options(str(path), grpc_port=0, metrics_port=0, host="127.0.0.1", kube_api=api.client),
         )
+        # No Role yet: the API refuses the Secret, so train's queue is unread (0 slots).
+        api.fail(403, resources=("secrets",))
         running = await scaler.start()
         client = Client(running.grpc_port)
+        reg = running.metrics.registry
+
+        def reads(result: str) -> float:
+            name = "gpu_pool_scaler_research_queue_secret_reads_total"
+            return reg.get_sample_value(name, {"result": result}) or 0.0
+
         try:
-            await answers(client, 0, 56)
             for n in range(3):
                 queue.submit("train", {"N": str(n)})
+            await answers(client, 0, 56)
+            assert reads("error") >= 1 and reads("ok") == 0
+            api.heal()  # the Role is there: read on the next cycle, then counted
             await answers(client, 3, 53)
-            # Read once, not once per cycle (SECRET_REFRESH_S).
-            assert sum(1 for r in api.requests if r.resource == "secrets") == 1
+            # Read once since, not once per cycle (SECRET_REFRESH_S).
+            assert reads("ok") == 1
         finally:
             await client.channel.close()
             await scaler.shutdown(running)

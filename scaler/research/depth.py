@@ -60,12 +60,14 @@ class RedisQueueDepth:
         *,
         secrets: SecretGetter | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_secret_read: Callable[[bool], None] = lambda ok: None,
     ) -> None:
         self._client_for = client_for or (lambda url, t: connect(url, timeout_s=t))
         self._clients: dict[tuple[str, float], redis.Redis] = {}
         self._errors: dict[str, str] = {}  # class -> last error logged (once per change)
         self._secrets = secrets
         self._clock = clock
+        self._on_secret_read = on_secret_read  # each read's outcome (a metric)
         # (namespace, name) -> (read at, data); and the last failure of each, if any.
         self._secret_data: dict[tuple[str, str], tuple[float, Mapping[str, str]]] = {}
         self._secret_errors: dict[tuple[str, str], str] = {}
@@ -120,6 +122,7 @@ class RedisQueueDepth:
             *(asyncio.to_thread(self._get_secret, k, wanted[k]) for k in due)
         )
         for k, (data, error) in zip(due, got, strict=True):
+            self._on_secret_read(data is not None)
             if data is not None:
                 self._secret_data[k] = (now, data)
                 if self._secret_errors.pop(k, None) is not None:

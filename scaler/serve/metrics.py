@@ -87,6 +87,13 @@ class ScalerMetrics:
             ("result",),
             registry=registry,
         )
+        self.queue_secret_reads = Counter(
+            p + "research_queue_secret_reads",
+            "Reads of the work queues' Secrets through the Kubernetes API (research[].queue."
+            "secret), by result (ok, error: the credentials read before are kept, if any).",
+            ("result",),
+            registry=registry,
+        )
 
 
 class DecisionCollector(Collector):
