@@ -923,10 +923,7 @@ def queue_secret_rbac(c: Ctx) -> dict[str, Any]:
     rules = [(r.resources, r.resource_names, r.verbs) for r in role.rules or []]
     if rules != [(["secrets"], ["research-redis"], ["get"])]:
         raise Failed(f"queue-secret Role rules: {rules}")
-    tok = core.create_namespaced_service_account_token(
-        FULL, NS, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
-    kc = token_kubeconfig(c.api.kubeconfig, tok, c.config_file.parent / "kubeconfig-queue-sa")
+    kc = service_account_kubeconfig(c, FULL, c.config_file.parent / "kubeconfig-queue-sa")
     sa = cluster.api_client(kc)
     data = read_secret(sa, NS, "research-redis", 10)
     if "password" not in data:
@@ -1728,10 +1725,7 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
 
         # Its ServiceAccount's token; the config and flags as the chart wrote them, plus
         # where the API server is and a local port (the pod would use in-cluster config).
-        tok = core.create_namespaced_service_account_token(
-            name, NS, {"spec": {"expirationSeconds": 3600}}
-        ).status.token
-        sa_kc = token_kubeconfig(c.api.kubeconfig, tok, out_dir / "kubeconfig-binpack-sa")
+        sa_kc = service_account_kubeconfig(c, name, out_dir / "kubeconfig-binpack-sa")
         cfg = yaml.safe_load(core.read_namespaced_config_map(name, NS).data["config.yaml"])
         cfg["clientConnection"] = {"kubeconfig": str(sa_kc)}
         cfg_file = out_dir / "binpack-scheduler.yaml"
@@ -1861,9 +1855,13 @@ GB_PODS = 8
 GB_FINALIZER = "e2e.gpu-pool-scaler/hold"  # released once terminated, as the Job controller does
 
 
-def token_kubeconfig(kubeconfig: Path, token: str, path: Path) -> Path:
-    """The admin kubeconfig's cluster with a bearer token instead of the admin's certificate."""
-    kc = yaml.safe_load(kubeconfig.read_text())
+def service_account_kubeconfig(c: Ctx, account: str, path: Path) -> Path:
+    """A kubeconfig acting as ServiceAccount `account` of NS (a fresh token for it): the admin
+    kubeconfig's cluster with that bearer token instead of the admin's certificate."""
+    token = c.api.core.create_namespaced_service_account_token(
+        account, NS, {"spec": {"expirationSeconds": 3600}}
+    ).status.token
+    kc = yaml.safe_load(c.api.kubeconfig.read_text())
     for u in kc["users"]:
         u["user"] = {"token": token}
     path.write_text(yaml.safe_dump(kc))
@@ -1898,11 +1896,8 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
         raise Failed(f"research-pods Role rules: {rules}")
 
     # The ServiceAccount's own token: least privilege, checked before it is relied on.
-    tok = core.create_namespaced_service_account_token(
-        FULL, NS, {"spec": {"expirationSeconds": 3600}}
-    ).status.token
     out = c.config_file.parent
-    sa_kubeconfig = token_kubeconfig(c.api.kubeconfig, tok, out / "kubeconfig-scaler-sa")
+    sa_kubeconfig = service_account_kubeconfig(c, FULL, out / "kubeconfig-scaler-sa")
     sa_core = client.CoreV1Api(cluster.api_client(sa_kubeconfig))
     try:
         sa_core.list_pod_for_all_namespaces(limit=1)
