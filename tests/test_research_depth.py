@@ -22,7 +22,7 @@ from scaler.app import Options, Running, Scaler
 from scaler.config import Config, load_config, parse_config
 from scaler.core.decision import QueueRead
 from scaler.ingest.kube_secret import SecretUnreadable
-from scaler.research.depth import SECRET_REFRESH_S, RedisQueueDepth
+from scaler.research.depth import SECRET_REFRESH_S, SECRET_RETRY_S, RedisQueueDepth
 from scaler.research.queue import WorkQueue
 from scaler.research.redisconn import connect
 from tests.support.exposition import ExpositionServer
@@ -359,6 +359,40 @@ async def test_the_secret_is_read_again_each_minute_and_kept_when_that_fails(
     redis_server.client().config_set("requirepass", "rotated-pw-2")
     secrets.data = {"password": "rotated-pw-2"}
     assert (await read_at(2 * SECRET_REFRESH_S + 5)).items == 1
+    depth.close()
+
+
+async def test_a_failing_secret_read_backs_off_to_once_a_minute(
+    redis_server: RedisServer, queue: WorkQueue
+) -> None:
+    # The Role not applied yet: every read is refused. Each cycle (5 s) the class is
+    # unread (0 slots, never a count), but the API is asked 5, 10, 20, 40 s apart, then
+    # once a minute, not once per cycle.
+    now = [0.0]
+    secrets = Secrets(SecretUnreadable("Secret research/research-redis: forbidden"))
+    depth = RedisQueueDepth(secrets=secrets, clock=lambda: now[0])
+    cfg = secret_cfg(redis_server)
+    queue.submit("train", {"N": "1"})
+
+    async def cycle(t: float) -> tuple[QueueRead, bool]:
+        now[0], before = t, secrets.calls
+        return (await depth.read(cfg))["train"], secrets.calls > before
+
+    asked = []
+    for t in range(0, 300, 5):
+        read, called = await cycle(t)
+        assert read.items is None and read.error is not None and "forbidden" in read.error
+        asked += [t] if called else []
+    assert SECRET_RETRY_S == 5 and SECRET_REFRESH_S == 60
+    assert asked == [0, 5, 15, 35, 75, 135, 195, 255]
+    # Put right: read at its next try (within a minute), then every minute again.
+    secrets.data = {"password": PASSWORD}
+    assert [(await cycle(t))[0].items for t in (300, 310, 315)] == [None, None, 1]
+    assert [(await cycle(t))[1] for t in (320, 370, 375)] == [False, False, True]
+    # Failing again after a good read backs off from the start, keeping the credentials.
+    secrets.data = SecretUnreadable("Secret research/research-redis: forbidden")
+    got = [await cycle(t) for t in (435, 440, 445, 450)]
+    assert [(r.items, called) for r, called in got] == [(1, True), (1, True), (1, False), (1, True)]
     depth.close()
 
 

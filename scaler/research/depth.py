@@ -12,7 +12,8 @@ queue is unknown (fail closed), and explain says why.
 The URL comes from a file (`queue.urlFile`, a mounted Secret, read each cycle) or from the
 workers' Secret through the Kubernetes API (`queue.secret`, through an injected getter,
 re-read every SECRET_REFRESH_S; a failed re-read keeps the credentials last read, since
-the count itself still comes live from Redis, and is logged).
+the count itself still comes live from Redis, is logged, and is tried again sooner, backing
+off from SECRET_RETRY_S to SECRET_REFRESH_S).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ log = logging.getLogger("scaler.research.depth")
 # How often the workers' Secret is read again (s): a rotated password is used within this,
 # about the lag of a Secret mounted by the kubelet.
 SECRET_REFRESH_S = 60.0
+# A failed read is tried again after this (s), doubling with each failure up to
+# SECRET_REFRESH_S: a Role or Secret that stays missing costs one API call a minute, not one
+# per cycle, and one put right is read within a minute.
+SECRET_RETRY_S = 5.0
 
 # (namespace, name, timeout_s) -> the Secret's data, decoded; raises with a one-line reason.
 SecretGetter = Callable[[str, str, float], Mapping[str, str]]
@@ -68,9 +73,7 @@ class RedisQueueDepth:
         self._secrets = secrets
         self._clock = clock
         self._on_secret_read = on_secret_read  # each read's outcome (a metric)
-        # (namespace, name) -> (read at, data); and the last failure of each, if any.
-        self._secret_data: dict[tuple[str, str], tuple[float, Mapping[str, str]]] = {}
-        self._secret_errors: dict[tuple[str, str], str] = {}
+        self._secret: dict[tuple[str, str], _SecretRead] = {}  # (namespace, name) ->
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
         classes = [c for c in cfg.research if c.queue is not None]
@@ -106,16 +109,10 @@ class RedisQueueDepth:
             if c.queue is not None and c.queue.secret is not None:
                 k = (c.queue.secret.namespace, c.queue.secret.name)
                 wanted[k] = max(wanted.get(k, 0.0), c.queue.timeout_s(cfg.scrape))
-        for k in set(self._secret_data) - set(wanted):
-            del self._secret_data[k]
-        for k in set(self._secret_errors) - set(wanted):
-            del self._secret_errors[k]
+        for k in set(self._secret) - set(wanted):
+            del self._secret[k]
         now = self._clock()
-        due = [
-            k
-            for k in wanted
-            if k not in self._secret_data or now - self._secret_data[k][0] >= SECRET_REFRESH_S
-        ]
+        due = [k for k in wanted if k not in self._secret or now >= self._secret[k].due]
         if not due:
             return
         got = await asyncio.gather(
@@ -123,15 +120,18 @@ class RedisQueueDepth:
         )
         for k, (data, error) in zip(due, got, strict=True):
             self._on_secret_read(data is not None)
+            s = self._secret.setdefault(k, _SecretRead())
             if data is not None:
-                self._secret_data[k] = (now, data)
-                if self._secret_errors.pop(k, None) is not None:
+                if s.error is not None:
                     log.info("Secret %s/%s read again", *k)
+                s.data, s.error, s.failures, s.due = data, None, 0, now + SECRET_REFRESH_S
                 continue
-            if error != self._secret_errors.get(k):
-                kept = " (keeping the credentials read before)" if k in self._secret_data else ""
+            if error != s.error:
+                kept = " (keeping the credentials read before)" if s.data is not None else ""
                 log.warning("work queue credentials unread: %s%s", error, kept)
-            self._secret_errors[k] = error
+            s.failures += 1
+            s.error = error
+            s.due = now + min(SECRET_RETRY_S * 2 ** (s.failures - 1), SECRET_REFRESH_S)
 
     def _get_secret(
         self, k: tuple[str, str], timeout_s: float
@@ -148,9 +148,10 @@ class RedisQueueDepth:
             return _file_url(q.urlFile)
         assert q.secret is not None
         k = (q.secret.namespace, q.secret.name)
-        if k not in self._secret_data:
-            raise InputError(self._secret_errors.get(k) or f"Secret {k[0]}/{k[1]}: not read yet")
-        return _secret_url(q, self._secret_data[k][1])
+        s = self._secret.get(k)
+        if s is None or s.data is None:
+            raise InputError((s and s.error) or f"Secret {k[0]}/{k[1]}: not read yet")
+        return _secret_url(q, s.data)
 
     def close(self) -> None:
         for client in self._clients.values():
@@ -167,6 +168,17 @@ class RedisQueueDepth:
         elif r.error is None and before is not None:
             log.info("work queue read again (%s items)", r.items, extra={"research_class": name})
             del self._errors[name]
+
+
+@dataclass(slots=True)
+class _SecretRead:
+    """One Secret: the data last read (kept through failed re-reads), the clock time of the
+    next read, and the failure since the last good read."""
+
+    data: Mapping[str, str] | None = None
+    due: float = 0.0
+    error: str | None = None
+    failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +244,9 @@ def _secret_url(q: ResearchQueue, data: Mapping[str, str]) -> str:
 
 def _check_database(client: redis.Redis, q: ResearchQueue) -> None:
     """The URL's database against the workers' (`queue.database`), as the client parsed it
-    (path `/N` or `?db=N`, default 0). Another database holds no items of theirs."""
-    if q.database is None:
+    (path `/N` or `?db=N`, default 0). Another database holds no items of theirs. A URL
+    built from the Secret's password is built on `queue.database`: nothing to check."""
+    if q.database is None or (q.secret is not None and q.secret.urlKey is None):
         return
     source = f"queue.urlFile {q.urlFile}" if q.urlFile is not None else "queue.secret's URL"
     db = int(client.connection_pool.connection_kwargs.get("db", 0) or 0)
