@@ -53,6 +53,8 @@ def render(d: Decision) -> str:
                 f"  work queue: {r.queued_items} item(s) waiting or leased; no more Jobs than "
                 "that (an empty queue starts none)"
             )
+            if r.queue_warning is not None:
+                lines.append(f"  work queue credentials: {r.queue_warning}")
     return "\n".join(lines)
 
 

@@ -201,11 +201,24 @@ def test_a_failing_pool_still_shows_the_queue_read() -> None:
 
 
 @pytest.mark.parametrize(
-    ("items", "error"), [(None, None), (3, "boom"), (-1, None)], ids=["neither", "both", "negative"]
+    ("items", "error", "warning"),
+    [(None, None, None), (3, "boom", None), (-1, None, None), (None, "down", "stale")],
+    ids=["neither", "both", "negative", "warning-without-items"],
 )
-def test_a_queue_read_is_items_or_an_error(items: int | None, error: str | None) -> None:
+def test_a_queue_read_is_items_or_an_error(
+    items: int | None, error: str | None, warning: str | None
+) -> None:
     with pytest.raises(ValueError):
-        QueueRead(items, error)
+        QueueRead(items, error, warning)
+
+
+def test_a_queue_count_s_warning_reaches_the_decision() -> None:
+    cfg = make_cfg([rc("q", 1, maxJobs=8, queue=Q)])
+    queued = {"q": QueueRead(3, warning="credentials stale")}
+    _, research = split_pool(
+        cfg, {"chat": sd("chat", 1, 1)}, Capacity(64), 0, ready_for_research=True, queued=queued
+    )
+    assert (research["q"].slots, research["q"].queue_warning) == (3, "credentials stale")
 
 
 INFERENCE_CASES = [

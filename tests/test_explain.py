@@ -108,3 +108,39 @@ def test_explain_names_an_unread_queue_once(capacity: bool, reason: str, line: s
     (eval_line,) = [ln for ln in text.splitlines() if ln.startswith("research eval:")]
     assert reason in eval_line
     assert (line in text.splitlines()) if line is not None else "  work queue unread:" not in text
+
+
+# (the queue's read, the lines under the eval line that name the queue)
+QUEUE_LINE_CASES = [
+    pytest.param(
+        QueueRead(3),
+        [
+            "  work queue: 3 item(s) waiting or leased; no more Jobs than that (an empty queue "
+            "starts none)"
+        ],
+        id="counted",
+    ),
+    pytest.param(
+        QueueRead(3, warning="read 65 s ago, reading them again fails: forbidden"),
+        [
+            "  work queue: 3 item(s) waiting or leased; no more Jobs than that (an empty "
+            "queue starts none)",
+            "  work queue credentials: read 65 s ago, reading them again fails: forbidden",
+        ],
+        id="counted-with-credentials-that-no-longer-read",
+    ),
+]
+
+
+@pytest.mark.parametrize(("read", "lines"), QUEUE_LINE_CASES)
+def test_explain_says_what_a_queue_count_rests_on(read: QueueRead, lines: list[str]) -> None:
+    _, research = split_pool(
+        QUEUE_CFG,
+        {"chat": svc("chat", 2)},
+        Capacity(64),
+        0,
+        ready_for_research=True,
+        queued={"eval": read},
+    )
+    text = render(replace(decision(1, svc("chat", 2)), config=QUEUE_CFG, research=research))
+    assert [ln for ln in text.splitlines() if ln.startswith("  work queue")] == lines

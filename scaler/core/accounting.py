@@ -229,7 +229,7 @@ def _queue_capped(c: ResearchClass, read: QueueRead | None) -> ResearchClass:
 def _with_queue(r: ResearchDecision, read: QueueRead | None) -> ResearchDecision:
     if read is None:
         return r
-    return replace(r, queued_items=read.items, queue_error=read.error)
+    return replace(r, queued_items=read.items, queue_error=read.error, queue_warning=read.warning)
 
 
 def _withhold(

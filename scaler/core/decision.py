@@ -96,6 +96,7 @@ class ResearchDecision:
     # its slots; None with `queue_error` set: unread, 0 slots. Both None: no queue.
     queued_items: int | None = None
     queue_error: str | None = None
+    queue_warning: str | None = None  # counted, but its credentials' re-reads fail (depth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,10 +106,15 @@ class QueueRead:
 
     items: int | None
     error: str | None = None
+    # A count read with credentials that could not be read again (the workers' Secret):
+    # right now, but at risk when the password rotates. Only beside items.
+    warning: str | None = None
 
     def __post_init__(self) -> None:
         if (self.items is None) == (self.error is None):
             raise ValueError("a QueueRead has items or an error, not both or neither")
+        if self.warning is not None and self.items is None:
+            raise ValueError("a QueueRead warning goes with items, an unread queue has its error")
         if self.items is not None and self.items < 0:
             raise ValueError(f"negative item count {self.items}")
 

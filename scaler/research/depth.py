@@ -23,7 +23,7 @@ import logging
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -96,7 +96,7 @@ class RedisQueueDepth:
         for key in set(self._clients) - used:
             self._clients.pop(key).close()
         reads = await asyncio.gather(*(_read(p) for p in plans))
-        out = {c.name: r for c, r in zip(classes, reads, strict=True)}
+        out = {c.name: self._stale(c.queue, r) for c, r in zip(classes, reads, strict=True)}
         for name, r in out.items():
             self._log(name, r)
         return out
@@ -107,7 +107,7 @@ class RedisQueueDepth:
         wanted: dict[tuple[str, str], float] = {}
         for c in cfg.research:
             if c.queue is not None and c.queue.secret is not None:
-                k = (c.queue.secret.namespace, c.queue.secret.name)
+                k = _key(c.queue)
                 wanted[k] = max(wanted.get(k, 0.0), c.queue.timeout_s(cfg.scrape))
         for k in set(self._secret) - set(wanted):
             del self._secret[k]
@@ -124,7 +124,8 @@ class RedisQueueDepth:
             if data is not None:
                 if s.error is not None:
                     log.info("Secret %s/%s read again", *k)
-                s.data, s.error, s.failures, s.due = data, None, 0, now + SECRET_REFRESH_S
+                s.data, s.error, s.failures, s.read_at = data, None, 0, now
+                s.due = now + SECRET_REFRESH_S
                 continue
             if error != s.error:
                 kept = " (keeping the credentials read before)" if s.data is not None else ""
@@ -132,6 +133,18 @@ class RedisQueueDepth:
             s.failures += 1
             s.error = error
             s.due = now + min(SECRET_RETRY_S * 2 ** (s.failures - 1), SECRET_REFRESH_S)
+
+    def _stale(self, q: ResearchQueue | None, r: QueueRead) -> QueueRead:
+        """A count read with credentials whose Secret no longer reads says so (explain)."""
+        s = None if q is None or q.secret is None else self._secret.get(_key(q))
+        if r.items is None or s is None or s.error is None:
+            return r
+        age = self._clock() - s.read_at
+        return replace(
+            r,
+            warning=f"read {age:.0f} s ago, reading them again fails: {s.error} (counted "
+            "with the credentials read then, until the password rotates)",
+        )
 
     def _get_secret(
         self, k: tuple[str, str], timeout_s: float
@@ -147,7 +160,7 @@ class RedisQueueDepth:
         if q.urlFile is not None:
             return _file_url(q.urlFile)
         assert q.secret is not None
-        k = (q.secret.namespace, q.secret.name)
+        k = _key(q)
         s = self._secret.get(k)
         if s is None or s.data is None:
             raise InputError((s and s.error) or f"Secret {k[0]}/{k[1]}: not read yet")
@@ -172,10 +185,11 @@ class RedisQueueDepth:
 
 @dataclass(slots=True)
 class _SecretRead:
-    """One Secret: the data last read (kept through failed re-reads), the clock time of the
-    next read, and the failure since the last good read."""
+    """One Secret: the data last read (kept through failed re-reads) and when, the clock
+    time of the next read, and the failure since the last good read."""
 
     data: Mapping[str, str] | None = None
+    read_at: float = 0.0  # clock time of the last good read
     due: float = 0.0
     error: str | None = None
     failures: int = 0
@@ -205,6 +219,12 @@ def _count(p: _Plan) -> QueueRead:
         return QueueRead(int(waiting) + int(leased))
     except (redis.exceptions.RedisError, OSError, ValueError, TypeError) as e:
         return QueueRead(None, describe(e, p.url))
+
+
+def _key(q: ResearchQueue) -> tuple[str, str]:
+    """The workers' Secret of a `queue.secret` class: (namespace, name)."""
+    assert q.secret is not None
+    return q.secret.namespace, q.secret.name
 
 
 def _file_url(path: str) -> str:
