@@ -73,7 +73,7 @@ class RedisQueueDepth:
         self._secrets = secrets
         self._clock = clock
         self._on_secret_read = on_secret_read  # each read's outcome (a metric)
-        self._secret: dict[tuple[str, str], _SecretRead] = {}  # (namespace, name) ->
+        self._secret: dict[tuple[str, str], _SecretRead] = {}  # by (namespace, name)
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
         classes = [c for c in cfg.research if c.queue is not None]
