@@ -923,7 +923,7 @@ def queue_secret_rbac(c: Ctx) -> dict[str, Any]:
     rules = [(r.resources, r.resource_names, r.verbs) for r in role.rules or []]
     if rules != [(["secrets"], ["research-redis"], ["get"])]:
         raise Failed(f"queue-secret Role rules: {rules}")
-    kc = service_account_kubeconfig(c, FULL, c.config_file.parent / "kubeconfig-queue-sa")
+    kc = service_account_kubeconfig(c.api, FULL, c.config_file.parent / "kubeconfig-queue-sa")
     sa = cluster.api_client(kc)
     data = read_secret(sa, NS, "research-redis", 10)
     if "password" not in data:
@@ -1725,7 +1725,7 @@ def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
 
         # Its ServiceAccount's token; the config and flags as the chart wrote them, plus
         # where the API server is and a local port (the pod would use in-cluster config).
-        sa_kc = service_account_kubeconfig(c, name, out_dir / "kubeconfig-binpack-sa")
+        sa_kc = service_account_kubeconfig(c.api, name, out_dir / "kubeconfig-binpack-sa")
         cfg = yaml.safe_load(core.read_namespaced_config_map(name, NS).data["config.yaml"])
         cfg["clientConnection"] = {"kubeconfig": str(sa_kc)}
         cfg_file = out_dir / "binpack-scheduler.yaml"
@@ -1855,13 +1855,15 @@ GB_PODS = 8
 GB_FINALIZER = "e2e.gpu-pool-scaler/hold"  # released once terminated, as the Job controller does
 
 
-def service_account_kubeconfig(c: Ctx, account: str, path: Path) -> Path:
+def service_account_kubeconfig(
+    api: Api, account: str, path: Path, expiration_s: int = 3600
+) -> Path:
     """A kubeconfig acting as ServiceAccount `account` of NS (a fresh token for it): the admin
     kubeconfig's cluster with that bearer token instead of the admin's certificate."""
-    token = c.api.core.create_namespaced_service_account_token(
-        account, NS, {"spec": {"expirationSeconds": 3600}}
+    token = api.core.create_namespaced_service_account_token(
+        account, NS, {"spec": {"expirationSeconds": expiration_s}}
     ).status.token
-    kc = yaml.safe_load(c.api.kubeconfig.read_text())
+    kc = yaml.safe_load(api.kubeconfig.read_text())
     for u in kc["users"]:
         u["user"] = {"token": token}
     path.write_text(yaml.safe_dump(kc))
@@ -1897,7 +1899,7 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
 
     # The ServiceAccount's own token: least privilege, checked before it is relied on.
     out = c.config_file.parent
-    sa_kubeconfig = service_account_kubeconfig(c, FULL, out / "kubeconfig-scaler-sa")
+    sa_kubeconfig = service_account_kubeconfig(c.api, FULL, out / "kubeconfig-scaler-sa")
     sa_core = client.CoreV1Api(cluster.api_client(sa_kubeconfig))
     try:
         sa_core.list_pod_for_all_namespaces(limit=1)
@@ -2175,7 +2177,13 @@ def main(argv: list[str] | None = None) -> int:
         create_inference_deployment(api)
         config_file = out / "config.yaml"
         config_file.write_text(helm.config())
-        scaler = LocalScaler(config_file, kubeconfig, out / "scaler.log")
+        # The scaler acts as the chart's ServiceAccount (a token of it, not the admin's
+        # certificate), so every scenario runs on the RBAC the chart gives a pod in the cluster.
+        sa_kubeconfig = service_account_kubeconfig(
+            api, FULL, out / "kubeconfig-scaler-main-sa", expiration_s=4 * 3600
+        )
+        report["scaler_identity"] = f"system:serviceaccount:{NS}:{FULL}"
+        scaler = LocalScaler(config_file, sa_kubeconfig, out / "scaler.log")
         farm = EngineFarm(api.core, LOW_RPS)
         farm.start()
         wait("the first inference pod has an engine", lambda: farm.engines, 120)
