@@ -93,17 +93,22 @@ UNREAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("capacity", "reason", "line"), UNREAD_CASES)
-def test_explain_names_an_unread_queue_once(capacity: bool, reason: str, line: str | None) -> None:
+def explain_queue(read: QueueRead, capacity: Capacity | None) -> str:
+    """`explain` of QUEUE_CFG with class eval's queue read as `read`, through the real split."""
     _, research = split_pool(
         QUEUE_CFG,
         {"chat": svc("chat", 2)},
-        Capacity(64) if capacity else None,
+        capacity,
         0,
         ready_for_research=True,
-        queued={"eval": QueueRead(None, ERROR)},
+        queued={"eval": read},
     )
-    text = render(replace(decision(1, svc("chat", 2)), config=QUEUE_CFG, research=research))
+    return render(replace(decision(1, svc("chat", 2)), config=QUEUE_CFG, research=research))
+
+
+@pytest.mark.parametrize(("capacity", "reason", "line"), UNREAD_CASES)
+def test_explain_names_an_unread_queue_once(capacity: bool, reason: str, line: str | None) -> None:
+    text = explain_queue(QueueRead(None, ERROR), Capacity(64) if capacity else None)
     assert text.count(ERROR) == 1, text
     (eval_line,) = [ln for ln in text.splitlines() if ln.startswith("research eval:")]
     assert reason in eval_line
@@ -134,13 +139,5 @@ QUEUE_LINE_CASES = [
 
 @pytest.mark.parametrize(("read", "lines"), QUEUE_LINE_CASES)
 def test_explain_says_what_a_queue_count_rests_on(read: QueueRead, lines: list[str]) -> None:
-    _, research = split_pool(
-        QUEUE_CFG,
-        {"chat": svc("chat", 2)},
-        Capacity(64),
-        0,
-        ready_for_research=True,
-        queued={"eval": read},
-    )
-    text = render(replace(decision(1, svc("chat", 2)), config=QUEUE_CFG, research=research))
+    text = explain_queue(read, Capacity(64))
     assert [ln for ln in text.splitlines() if ln.startswith("  work queue")] == lines
