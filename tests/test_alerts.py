@@ -210,11 +210,13 @@ CASES = [
     Case(
         "queue-secret-reads-failing-for-15-min",
         "GpuPoolScalerResearchQueueSecretUnreadable",
-        # A good read, then every 5-s cycle's re-read refused from minute 10 on.
+        # A good read, then refused from minute 10 on: tried again 5, 10, 20, 40 s later
+        # (4 in the first minute), then once a minute (depth.SECRET_REFRESH_S). Both results
+        # exist at 0 from start (ScalerMetrics).
         [
             series("gpu_pool_scaler_research_queue_secret_reads_total", "1x40", result="ok"),
             series(
-                "gpu_pool_scaler_research_queue_secret_reads_total", "0x10 12+12x30", result="error"
+                "gpu_pool_scaler_research_queue_secret_reads_total", "0x10 4+1x30", result="error"
             ),
         ],
         {20: [], 30: [{}]},
@@ -226,11 +228,24 @@ CASES = [
         [
             series(
                 "gpu_pool_scaler_research_queue_secret_reads_total",
-                "0x10 12+12x5 72x30",
+                "0x10 4+1x5 9x30",
                 result="error",
             )
         ],
         {20: [], 30: [], 40: []},
+    ),
+    Case(
+        "queue-secret-refused-once-after-an-upgrade-quiet",
+        "GpuPoolScalerResearchQueueSecretUnreadable",
+        # The authorizer has not seen the upgrade's new Role yet: one refused read, read on
+        # the retry 5 s later (cluster/README.md, scenario 7). No page.
+        [
+            series("gpu_pool_scaler_research_queue_secret_reads_total", "0x10 1x30", result="ok"),
+            series(
+                "gpu_pool_scaler_research_queue_secret_reads_total", "0x10 1x30", result="error"
+            ),
+        ],
+        {12: [], 20: [], 30: []},
     ),
     Case(
         "stale-decisions-at-once",

@@ -169,7 +169,9 @@ async def test_reload_invalid_file_keeps_old_config(env: Env, bad: str | None) -
         path.write_text(bad)
     reg = running.metrics.registry
     await wait_for(
-        lambda: reg.get_sample_value("gpu_pool_scaler_config_reloads_total", {"result": "invalid"})
+        lambda: (
+            reg.get_sample_value("gpu_pool_scaler_config_reloads_total", {"result": "invalid"}) == 1
+        )  # exported at 0 from start
     )
     assert running.holder.current()[1] == 1
     assert running.holder.last_error and "pool.yaml" in running.holder.last_error

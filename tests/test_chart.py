@@ -1633,6 +1633,28 @@ def test_prometheus_rule_alerts_use_only_exported_metrics(
     assert ">= 1 and on()" in alerts["GpuPoolScalerResearchStarved"]["expr"]
 
 
+def test_alerts_on_a_counter_s_increase_see_its_first_rise(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Each counter series an alert reads with increase() is exported at 0 before anything
+    happened: one that first appears at 1 has no earlier sample to rise from, so the first
+    rejected config (or failed Secret read) would not show in increase() at all."""
+    (group,) = one(rendered["monitoring"], "PrometheusRule")["spec"]["groups"]
+    fresh = ScalerMetrics(CollectorRegistry()).registry
+    read = []
+    for r in group["rules"]:
+        for name, selector in re.findall(r"increase\((gpu_pool_scaler_\w+)\{([^}]*)\}", r["expr"]):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', selector))
+            own = {k: v for k, v in labels.items() if k not in ("job", "namespace")}
+            read.append((r["alert"], name, own))
+            assert fresh.get_sample_value(name, own) == 0.0, (r["alert"], name, own)
+    assert {a for a, _, _ in read} == {
+        "GpuPoolScalerResearchQueueSecretUnreadable",
+        "GpuPoolScalerStaleDecisions",
+        "GpuPoolScalerConfigRejected",
+    }
+
+
 def test_prometheus_rule_without_research_and_with_extra_rules(helm: Helm, tmp_path: Path) -> None:
     extra = {"alert": "Mine", "expr": "vector(1)", "labels": {"severity": "info"}}
     f = tmp_path / "v.yaml"

@@ -94,6 +94,16 @@ class ScalerMetrics:
             ("result",),
             registry=registry,
         )
+        # Every result the alerts and docs select exists at 0 from start: a labelled
+        # series first exported at 1 has no earlier sample, so `increase()` misses the first
+        # rejected config, refused TLS file or failed Secret read.
+        for counter, results in (
+            (self.config_reloads, ("ok", "invalid")),
+            (self.tls_reloads, ("ok", "invalid")),
+            (self.queue_secret_reads, ("ok", "error")),
+        ):
+            for result in results:
+                counter.labels(result)
 
 
 class DecisionCollector(Collector):
