@@ -2083,7 +2083,9 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
         create_inference_deployment(api)
         config_file = out / "config-gate-off.yaml"
         config_file.write_text(helm.config())
-        scaler = LocalScaler(config_file, kubeconfig, out / "scaler-gate-off.log")
+        # As the main cluster's scaler: the chart's ServiceAccount reads the HPA back.
+        sa_kubeconfig = service_account_kubeconfig(api, FULL, out / "kubeconfig-gate-off-sa")
+        scaler = LocalScaler(config_file, sa_kubeconfig, out / "scaler-gate-off.log")
         scaler.start(metrics_port)
         wait("KEDA creates the HPA", api.hpa_obj, 120)
         name = api.scaled_object()["metadata"]["name"]
@@ -2109,6 +2111,7 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
             "tolerance_asked": asked["behavior"]["scaleUp"].get("tolerance"),
             "tolerance_kept": kept,
             "note": "dropped silently: the HPA runs with the 10 % default",
+            "scaler_identity": f"system:serviceaccount:{NS}:{FULL}",
         }
     finally:
         if scaler is not None:
