@@ -76,27 +76,26 @@ class RedisQueueDepth:
         self._secret: dict[tuple[str, str], _SecretRead] = {}  # by (namespace, name)
 
     async def read(self, cfg: Config) -> dict[str, QueueRead]:
-        classes = [c for c in cfg.research if c.queue is not None]
+        queues = [(c.name, c.queue) for c in cfg.research if c.queue is not None]
         await self._refresh_secrets(cfg)
         plans: list[_Plan | QueueRead] = []
         used: set[tuple[str, float]] = set()
-        for c in classes:
-            assert c.queue is not None
+        for name, q in queues:
             try:
-                key = (self._url(c.queue), c.queue.timeout_s(cfg.scrape))
+                key = (self._url(q), q.timeout_s(cfg.scrape))
                 used.add(key)
                 if key not in self._clients:
                     self._clients[key] = self._client_for(*key)
-                _check_database(self._clients[key], c.queue)
+                _check_database(self._clients[key], q)
             except InputError as e:
                 plans.append(QueueRead(None, str(e)))
                 continue
-            plans.append(_Plan(self._clients[key], key[0], c.queue.prefix, c.name))
+            plans.append(_Plan(self._clients[key], key[0], q.prefix, name))
         # A reload or a rotated Secret leaves clients no class uses: close them.
         for key in set(self._clients) - used:
             self._clients.pop(key).close()
         reads = await asyncio.gather(*(_read(p) for p in plans))
-        out = {c.name: self._stale(c.queue, r) for c, r in zip(classes, reads, strict=True)}
+        out = {name: self._stale(q, r) for (name, q), r in zip(queues, reads, strict=True)}
         for name, r in out.items():
             self._log(name, r)
         return out
@@ -134,9 +133,9 @@ class RedisQueueDepth:
             s.error = error
             s.due = now + min(SECRET_RETRY_S * 2 ** (s.failures - 1), SECRET_REFRESH_S)
 
-    def _stale(self, q: ResearchQueue | None, r: QueueRead) -> QueueRead:
+    def _stale(self, q: ResearchQueue, r: QueueRead) -> QueueRead:
         """A count read with credentials whose Secret no longer reads says so (explain)."""
-        s = None if q is None or q.secret is None else self._secret.get(_key(q))
+        s = None if q.secret is None else self._secret.get(_key(q))
         if r.items is None or s is None or s.error is None:
             return r
         age = self._clock() - s.read_at
