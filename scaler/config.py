@@ -487,10 +487,11 @@ class InferenceService(_Model):
             raise ValueError(
                 f"minReplicas ({self.minReplicas}) is greater than maxReplicas ({self.maxReplicas})"
             )
-        if self.slo is not None and self.engine != "vllm":
+        if self.slo is not None and self.engine == "tgi":
             raise ValueError(
-                f"slo is measured from vLLM's TTFT histogram; engine {self.engine!r} is not "
-                "supported (remove 'slo' or use the queue/KV thresholds)"
+                "slo is measured from the engine's time-to-first-token histogram (vLLM, "
+                "SGLang); engine 'tgi' exports none (remove 'slo' or use the queue/KV "
+                "thresholds)"
             )
         return self
 

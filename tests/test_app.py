@@ -26,7 +26,8 @@ from scaler._proto import externalscaler_pb2_grpc as pb_grpc
 from scaler.app import Options, Running, Scaler
 from scaler.config import load_config
 from scaler.core.decision import ServiceDecision
-from tests.support.exposition import ExpositionServer, vllm_exposition
+from scaler.explain import render
+from tests.support.exposition import ExpositionServer, sglang_exposition, vllm_exposition
 from tests.support.paths import FIXTURES
 from tests.support.scaler import Client, ask_once, wait_for, write_config
 
@@ -113,6 +114,46 @@ async def test_garbage_metrics_mark_target_failed_and_hold(env: Env) -> None:
         "gpu_pool_scaler_scrape_total", {"service": "chat", "result": "malformed"}
     )
     assert failed and failed >= 1
+
+
+async def test_an_sglang_service_is_sized_by_its_objective(
+    tmp_path: Path, exposition_server: Callable[..., ExpositionServer]
+) -> None:
+    """engine: sglang with `slo:` reads SGLang's own TTFT histogram: every first token after
+    2 s breaches the objective and raises the target, though the queue and the token usage
+    alone keep one replica. Served over real HTTP; the metric and `explain` say so."""
+    t0 = time.monotonic()
+
+    def body() -> tuple[int, bytes]:  # 200 slow first tokens a second, cumulative
+        slow = round(200 * (time.monotonic() - t0))
+        return 200, sglang_exposition(0, 2, 0.1, ttft=(0, slow)).encode()
+
+    target = exposition_server(body)
+    path = write_config(
+        tmp_path / "pool.yaml",
+        [target.address],
+        engine="sglang",
+        slo={"ttftSeconds": 2, "attainment": 0.99, "windowSeconds": 30},
+    )
+    scaler = Scaler(load_config(path), Options(str(path), metrics_port=0, host="127.0.0.1"))
+    running = await scaler.start()
+    try:
+
+        def chat() -> ServiceDecision:
+            return running.snapshots.latest().services["chat"]
+
+        await wait_for(lambda: (chat().desired or 0) >= 2)
+        d = chat()
+        assert d.slo is not None and d.slo.attainment == 0.0 and d.slo.requests > 0
+        assert d.slo.bucket is None  # 2 s is one of SGLang's bounds: measured exactly
+        assert d.decided_by == "slo", d.reason
+        assert all(v.replicas <= 1 for v in d.signals if v.signal != "slo"), d.signals
+        reg = running.metrics.registry
+        assert reg.get_sample_value("gpu_pool_scaler_slo_attainment", {"service": "chat"}) == 0
+        shown = render(running.snapshots.latest())
+        assert "objective 99.00% of requests with TTFT <= 2 s over 30 s; measured 0.00%" in shown
+    finally:
+        await scaler.shutdown(running)
 
 
 async def test_http_side_port(env: Env) -> None:

@@ -163,7 +163,8 @@ BAD = [
             "targets": {"static": ["h:1"]},
             "slo": {},
         },
-        "slo is measured from vLLM's TTFT histogram; engine 'tgi' is not supported",
+        "slo is measured from the engine's time-to-first-token histogram (vLLM, SGLang); "
+        "engine 'tgi' exports none",
     ),
     (
         "queue-without-url",

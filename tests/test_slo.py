@@ -39,6 +39,7 @@ from scaler.core.slo import (
     verdict,
 )
 from scaler.core.tracker import TargetTracker
+from tests.support.exposition import SGLANG_TTFT_BOUNDS, sglang_exposition
 from tests.support.paths import FIXTURES
 
 INF = math.inf
@@ -143,6 +144,21 @@ def test_reads_real_vllm_ttft_and_itl_histograms() -> None:
     assert s == read_sample_reference(text, ttft=True, itl=True)
     other = read_sample(text, "vllm", "other-model", ttft=True)
     assert other is None  # that pod does not serve the model
+
+
+def test_reads_sglang_ttft_and_itl_histograms() -> None:
+    """SGLang (--enable-metrics) exports the same two histograms under its own names and
+    bounds: read the same way, so an SGLang service can state an objective."""
+    text = sglang_exposition(1, 2, 0.3, ttft=(90, 10), itl=(1000, 5))
+    assert read_sample(text, "sglang").ttft_buckets is None  # type: ignore[union-attr]
+    s = read_sample(text, "sglang", ttft=True, itl=True)
+    assert s is not None and s.ttft_buckets is not None and s.itl_buckets is not None
+    assert [b for b, _ in s.ttft_buckets] == [*map(float, SGLANG_TTFT_BOUNDS), INF]
+    assert dict(s.ttft_buckets)[2.0] == 90.0 and s.ttft_buckets[-1] == (INF, 100.0)
+    assert dict(s.itl_buckets)[0.02] == 1000.0 and s.itl_buckets[-1] == (INF, 1005.0)
+    assert s.process_start_seconds is None  # multiprocess mode: resets read from decreases
+    assert s == read_sample_reference(text, "sglang", ttft=True, itl=True)
+    assert read_sample(text, "sglang", "other-model", ttft=True) is None
 
 
 def _rewrite_bucket(text: str, le: str, value: str) -> str:

@@ -70,6 +70,12 @@ NAMES: dict[str, _Names] = {
         prompt_tokens=("sglang:prompt_tokens_total",),
         generation_tokens=("sglang:generation_tokens_total",),
         preemptions=(),
+        # With --enable-metrics; bounds are SGLang's own (…, 1, 2, 4, … s by default).
+        ttft=("sglang:time_to_first_token_seconds",),
+        # Counts tokens per bucket, as vLLM's does. The older time_per_output_token
+        # histogram is not read: what it counts (tokens or requests) is not the same
+        # across SGLang versions.
+        itl=("sglang:inter_token_latency_seconds",),
     ),
     "tgi": _Names(
         waiting=("tgi_queue_size",),

@@ -103,3 +103,59 @@ def _ttft_line(line: str, fast: float, slow: float) -> str:
     else:
         return line
     return f"{head} {value}"
+
+
+# SGLang's default TTFT and inter-token latency bounds (python/sglang/srt/metrics/
+# collector.py, TokenizerMetricsCollector, sgl-project/sglang at 00ae9c1, Apache-2.0).
+SGLANG_TTFT_BOUNDS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_ITL_BOUNDS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+                     0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8)  # fmt: skip
+
+
+def _sglang_histogram(
+    name: str, doc: str, bounds: tuple[float, ...], at: Callable[[float], float], total: float
+) -> list[str]:
+    label = 'model_name="qwen"'
+    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
+    lines += [f'{name}_bucket{{le="{float(b)}",{label}}} {at(b)}' for b in bounds]
+    lines += [f'{name}_bucket{{le="+Inf",{label}}} {total}', f"{name}_count{{{label}}} {total}"]
+    return [*lines, f"{name}_sum{{{label}}} 0.0"]
+
+
+def sglang_exposition(
+    waiting: float,
+    running: float,
+    token_usage: float,
+    *,
+    ttft: tuple[float, float] = (0.0, 0.0),
+    itl: tuple[float, float] = (0.0, 0.0),
+) -> str:
+    """An SGLang (--enable-metrics) /metrics body in the families and format its collector
+    writes. `ttft` (fast, slow): cumulative requests whose first token came within 0.4 s and
+    after 2-4 s; `itl` (fast, slow): tokens within 20 ms and after 0.1-0.2 s."""
+    lines = []
+    for name, value in (
+        ("sglang:num_queue_reqs", waiting),
+        ("sglang:num_running_reqs", running),
+        ("sglang:token_usage", token_usage),
+    ):
+        lines += [f"# TYPE {name} gauge", f'{name}{{model_name="qwen"}} {value}']
+    fast, slow = ttft
+    lines += _sglang_histogram(
+        "sglang:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        SGLANG_TTFT_BOUNDS,
+        lambda b: 0.0 if b < 0.4 else fast if b < 4 else fast + slow,
+        fast + slow,
+    )
+    fast, slow = itl
+    lines += _sglang_histogram(
+        "sglang:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        SGLANG_ITL_BOUNDS,
+        lambda b: 0.0 if b < 0.02 else fast if b < 0.2 else fast + slow,
+        fast + slow,
+    )
+    for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"):
+        lines += [f"# TYPE {name} counter", f'{name}{{model_name="qwen"}} 0.0']
+    return "\n".join(lines) + "\n"
