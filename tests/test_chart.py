@@ -2233,6 +2233,12 @@ BAD = [
         True,
     ),
     Bad(
+        "slo-on-tgi",
+        _svc(engine="tgi", slo={}),
+        "inference[0].slo: engine tgi exports no time-to-first-token histogram",
+        True,
+    ),
+    Bad(
         "min-greater-than-max",
         _svc(minReplicas=5, maxReplicas=2),
         "inference[0].minReplicas (5) is greater than inference[0].maxReplicas (2)",

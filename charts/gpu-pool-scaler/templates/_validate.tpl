@@ -61,6 +61,9 @@ Rendered by templates/validate.yaml, which helm renders before the other templat
 {{- if and $soEnabled (eq $min 0) }}
 {{- fail (printf "%s.minReplicas: 0 is not supported: at zero pods there is no engine whose metrics the scaler could read, and the ScaledObject has no second trigger (e.g. on the request gateway) to wake the service, so it would stay at zero; use 1 or more (scale-from-zero is future work)" $at) }}
 {{- end }}
+{{- if and (kindIs "map" $svc.slo) (eq (toString (default "vllm" $svc.engine)) "tgi") }}
+{{- fail (printf "%s.slo: engine tgi exports no time-to-first-token histogram to measure the objective on (vLLM and SGLang do); remove slo or use the queue/KV thresholds" $at) }}
+{{- end }}
 {{- $t := default dict $svc.targets }}
 {{- if eq (empty $t.static) (empty $t.kubernetes) }}
 {{- fail (printf "%s.targets: set exactly one of 'static' or 'kubernetes'" $at) }}
