@@ -77,7 +77,7 @@ class ServiceLoad:
     tokens_per_s: float | None  # sum over ready targets with a rate; None = no rate yet
     complete: bool  # every serving target has fresh data
     reason: str = ""  # why the data is incomplete, for the SRE
-    # SLO measurement this cycle (vLLM only): histogram deltas summed over the fresh targets
+    # SLO measurement this cycle (vLLM, SGLang): histogram deltas summed over the fresh targets
     # that have one; requests/s = first tokens per second, scaled to every fresh target.
     ttft: Buckets | None = None
     itl: Buckets | None = None
