@@ -31,14 +31,23 @@ ENGINES: list[Engine] = ["vllm", "sglang", "tgi"]
 FUZZ = budget(150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
-def check(text: str, engine: Engine = "vllm", model: str | None = None) -> None:
-    """The property: a sample with sane values, None, or ParseError; nothing else."""
+def check(text: str, engine: Engine = "vllm", model: str | None = None, slo: bool = False) -> None:
+    """The property: a sample with sane values, None, or ParseError; nothing else. `slo`:
+    also the latency histograms (a service with an objective), each None or buckets with
+    rising bounds ending at +Inf and finite, non-negative, cumulative counts."""
     try:
-        s = read_sample(text, engine, model)
+        s = read_sample(text, engine, model, ttft=slo, itl=slo)
     except ParseError:
         return
     if s is None:
         return
+    for buckets in (s.ttft_buckets, s.itl_buckets):
+        if buckets is None:
+            continue
+        bounds, counts = [b for b, _ in buckets], [c for _, c in buckets]
+        assert bounds[-1] == math.inf and bounds == sorted(set(bounds)), bounds
+        assert all(math.isfinite(c) and c >= 0 for c in counts), counts
+        assert counts == sorted(counts), counts
     assert isinstance(s, EngineSample)
     for field in ("waiting", "running", "kv_usage_mean", "kv_usage_max"):
         v = getattr(s, field)
@@ -57,9 +66,9 @@ HOSTILE = st.sampled_from(
 
 
 @FUZZ
-@given(text=st.text(max_size=2000), engine=st.sampled_from(ENGINES))
-def test_arbitrary_text(text: str, engine: Engine) -> None:
-    check(text, engine)
+@given(text=st.text(max_size=2000), engine=st.sampled_from(ENGINES), slo=st.booleans())
+def test_arbitrary_text(text: str, engine: Engine, slo: bool) -> None:
+    check(text, engine, slo=slo)
 
 
 @FUZZ
@@ -76,8 +85,11 @@ def test_real_capture_truncated_anywhere(cut: int) -> None:
         max_size=8,
     ),
     model=st.sampled_from([None, "tiny-llama", "other"]),
+    slo=st.booleans(),
 )
-def test_real_capture_with_hostile_edits(edits: list[tuple[int, int, str]], model: str) -> None:
+def test_real_capture_with_hostile_edits(
+    edits: list[tuple[int, int, str]], model: str, slo: bool
+) -> None:
     text = CAPTURE
     for pos, op, s in edits:
         pos = min(pos, len(text))
@@ -92,7 +104,7 @@ def test_real_capture_with_hostile_edits(edits: list[tuple[int, int, str]], mode
             end = text.find("\n", pos)
             end = len(text) if end < 0 else end
             text = text[:end] + "\n" + text[start:end] + text[end:]
-    check(text, "vllm", model)
+    check(text, "vllm", model, slo)
 
 
 @FUZZ
@@ -122,6 +134,10 @@ LABEL_VALUES = st.text(alphabet=st.sampled_from(list('ab0 -_.:/"\\n\n{},=é')), 
     lambda s: '"' + s + '"'
 )
 LABEL_NAMES = st.sampled_from(["engine", "model_name", "rank", "le", "1bad", "", "a b"])
+# Bucket bounds as engines spell them, and as they must not ("NaN", unquoted garbage).
+LE_VALUES = st.sampled_from(
+    ['"0.5"', '"1.0"', '"2"', '"+Inf"', '"Inf"', '"NaN"', '"-1"', '"1e3"', '"x"']
+)
 
 
 @st.composite
@@ -129,12 +145,13 @@ def sample_line(draw: st.DrawFn, engine: Engine) -> str:
     n = NAMES[engine]
     used = [*n.waiting, *n.running, *n.kv, *n.prompt_tokens, *n.generation_tokens]
     used += [*n.preemptions, *n.swapped, "process_start_time_seconds"]
+    used += [f"{h}{part}" for h in (*n.ttft, *n.itl) for part in ("_bucket", "_sum", "_count")]
     name = draw(st.sampled_from(used))
     if draw(st.booleans()):
         return f"# TYPE {name.removesuffix('_total')} " + draw(
             st.sampled_from(["gauge", "counter", "untyped", "histogram", "", "gauge extra"])
         )
-    labels = draw(st.lists(st.tuples(LABEL_NAMES, LABEL_VALUES), max_size=3))
+    labels = draw(st.lists(st.tuples(LABEL_NAMES, LE_VALUES | LABEL_VALUES), max_size=3))
     block = ",".join(f"{k}={v}" for k, v in labels)
     open_, close = draw(st.sampled_from([("{", "}"), ("{", ""), ("", "}"), ("", "")]))
     sep = draw(st.sampled_from([" ", "\t", "  ", ""]))
@@ -148,8 +165,45 @@ def test_grammar_built_expositions(engine: Engine) -> None:
     @FUZZ
     @given(lines=st.lists(sample_line(engine), min_size=1, max_size=12))
     def run(lines: list[str]) -> None:
-        check("\n".join(lines) + "\n", engine)
-        check("\n".join(lines) + "\n", engine, "a")
+        for slo in (False, True):
+            check("\n".join(lines) + "\n", engine, slo=slo)
+            check("\n".join(lines) + "\n", engine, "a", slo)
+
+    run()
+
+
+HIST_ENGINES: list[Engine] = [e for e in ENGINES if NAMES[e].ttft]
+GOOD_LE = st.sampled_from(['"0.4"', '"1"', '"2.0"', '"2.5"', '"4"', '"1e1"', '"+Inf"'])
+
+
+@st.composite
+def histogram_exposition(draw: st.DrawFn, engine: Engine) -> str:
+    """A valid load (waiting, running) and latency-histogram lines built from the grammar:
+    bounds as engines spell them and as they must not, counts legal and illegal, in any
+    order, often not cumulative (the reader must then drop only the histogram)."""
+    n = NAMES[engine]
+    lines = [f'{n.waiting[0]}{{model_name="a"}} 1', f'{n.running[0]}{{model_name="a"}} 2']
+    family = draw(st.sampled_from([*n.ttft, *n.itl]))
+    if draw(st.booleans()):
+        lines.append(f"# TYPE {family} " + draw(st.sampled_from(["histogram", "gauge", ""])))
+    # Mostly bounds an engine writes (one bad bound fails the whole target, by design).
+    les = GOOD_LE if draw(st.integers(0, 3)) else LE_VALUES
+    ups = draw(st.lists(st.tuples(les, VALUES), min_size=1, max_size=8, unique_by=lambda u: u[0]))
+    if draw(st.booleans()) and les is GOOD_LE:  # cumulative with +Inf, as engines write
+        bounds = sorted({le for le, _ in ups} | {'"+Inf"'}, key=lambda le: float(le[1:-1]))
+        ups = [(le, str(i)) for i, le in enumerate(bounds)]
+        ups = draw(st.permutations(ups))
+    extra = draw(st.sampled_from(["", ',engine="1"', ',rank="0"']))
+    lines += [f'{family}_bucket{{le={le},model_name="a"{extra}}} {v}' for le, v in ups]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("engine", HIST_ENGINES)
+def test_histograms_built_from_the_grammar(engine: Engine) -> None:
+    @FUZZ
+    @given(text=histogram_exposition(engine), model=st.sampled_from([None, "a"]))
+    def run(text: str, model: str | None) -> None:
+        check(text, engine, model, slo=True)
 
     run()
 
@@ -159,6 +213,16 @@ def test_fuzz_property_is_not_vacuous() -> None:
     s = read_sample(CAPTURE)
     assert isinstance(s, EngineSample)
     check(CAPTURE)
+    check(CAPTURE, slo=True)
+    for engine in HIST_ENGINES:  # the histogram generator's texts can be read whole
+        n = NAMES[engine]
+        text = (
+            f'{n.waiting[0]}{{model_name="a"}} 1\n{n.running[0]}{{model_name="a"}} 2\n'
+            f'{n.ttft[0]}_bucket{{le="2",model_name="a"}} 1\n'
+            f'{n.ttft[0]}_bucket{{le="+Inf",model_name="a"}} 3\n'
+        )
+        read = read_sample(text, engine, ttft=True)
+        assert read is not None and read.ttft_buckets == ((2.0, 1.0), (math.inf, 3.0))
     bad = CAPTURE.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-llama"} 0.0', "")
     assert bad != CAPTURE
     for value in ("NaN", "-1", "+Inf"):
