@@ -189,6 +189,8 @@ def histogram_exposition(draw: st.DrawFn, engine: Engine) -> str:
     # Mostly bounds an engine writes (one bad bound fails the whole target, by design).
     les = GOOD_LE if draw(st.integers(0, 3)) else LE_VALUES
     ups = draw(st.lists(st.tuples(les, VALUES), min_size=1, max_size=8, unique_by=lambda u: u[0]))
+    if les is GOOD_LE and all(le != '"+Inf"' for le, _ in ups) and draw(st.booleans()):
+        ups.append(('"+Inf"', draw(VALUES)))  # complete, counts as drawn
     if draw(st.booleans()) and les is GOOD_LE:  # cumulative with +Inf, as engines write
         bounds = sorted({le for le, _ in ups} | {'"+Inf"'}, key=lambda le: float(le[1:-1]))
         ups = [(le, str(i)) for i, le in enumerate(bounds)]
