@@ -113,13 +113,18 @@ SGLANG_ITL_BOUNDS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03,
 
 
 def _sglang_histogram(
-    name: str, doc: str, bounds: tuple[float, ...], at: Callable[[float], float], total: float
+    name: str, bounds: tuple[float, ...], counts: tuple[float, float], edges: tuple[float, float]
 ) -> list[str]:
+    """`counts` (fast, slow) observations: fast ones at or below edges[0], slow ones in the
+    bucket that ends at edges[1]."""
+    (fast, slow), (lo, hi) = counts, edges
     label = 'model_name="qwen"'
-    lines = [f"# HELP {name} {doc}", f"# TYPE {name} histogram"]
-    lines += [f'{name}_bucket{{le="{float(b)}",{label}}} {at(b)}' for b in bounds]
-    lines += [f'{name}_bucket{{le="+Inf",{label}}} {total}', f"{name}_count{{{label}}} {total}"]
-    return [*lines, f"{name}_sum{{{label}}} 0.0"]
+    lines = [f"# TYPE {name} histogram"]
+    for b in bounds:
+        at = 0.0 if b < lo else fast if b < hi else fast + slow
+        lines.append(f'{name}_bucket{{le="{float(b)}",{label}}} {at}')
+    lines += [f'{name}_bucket{{le="+Inf",{label}}} {fast + slow}']
+    return [*lines, f"{name}_count{{{label}}} {fast + slow}", f"{name}_sum{{{label}}} 0.0"]
 
 
 def sglang_exposition(
@@ -140,21 +145,11 @@ def sglang_exposition(
         ("sglang:token_usage", token_usage),
     ):
         lines += [f"# TYPE {name} gauge", f'{name}{{model_name="qwen"}} {value}']
-    fast, slow = ttft
     lines += _sglang_histogram(
-        "sglang:time_to_first_token_seconds",
-        "Histogram of time to first token in seconds.",
-        SGLANG_TTFT_BOUNDS,
-        lambda b: 0.0 if b < 0.4 else fast if b < 4 else fast + slow,
-        fast + slow,
+        "sglang:time_to_first_token_seconds", SGLANG_TTFT_BOUNDS, ttft, (0.4, 4)
     )
-    fast, slow = itl
     lines += _sglang_histogram(
-        "sglang:inter_token_latency_seconds",
-        "Histogram of inter-token latency in seconds.",
-        SGLANG_ITL_BOUNDS,
-        lambda b: 0.0 if b < 0.02 else fast if b < 0.2 else fast + slow,
-        fast + slow,
+        "sglang:inter_token_latency_seconds", SGLANG_ITL_BOUNDS, itl, (0.02, 0.2)
     )
     for name in ("sglang:prompt_tokens_total", "sglang:generation_tokens_total"):
         lines += [f"# TYPE {name} counter", f'{name}{{model_name="qwen"}} 0.0']
