@@ -3,9 +3,12 @@ EngineSample or None, or raises the typed ParseError (the target is then marked 
 Any other exception would escape as a bug; any non-finite or negative value would be
 invented load.
 
-Three generators: arbitrary text; the real vLLM capture mutated (truncation, byte
-flips, hostile characters, duplicated and dropped lines); and grammar-built expositions
-of exactly the families the reader uses, with odd-but-legal and illegal spellings.
+Four generators: arbitrary text; the real vLLM capture mutated (truncation, byte
+flips, hostile characters, duplicated and dropped lines); grammar-built expositions of
+exactly the families the reader uses, with odd-but-legal and illegal spellings; and
+grammar-built latency histograms (vLLM, SGLang) under a valid load. Each is also read as
+for a service with an objective (`ttft`/`itl`), where a histogram must come back None or
+usable, never with made-up counts.
 """
 
 from __future__ import annotations
