@@ -82,6 +82,7 @@ CHART = REPO / "charts" / "gpu-pool-scaler"
 NS = "gps-e2e"
 RELEASE = "gps"
 FULL = f"{RELEASE}-gpu-pool-scaler"
+SCALER_IDENTITY = f"system:serviceaccount:{NS}:{FULL}"  # the chart's ServiceAccount
 DEPLOY = "vllm-chat"
 ENGINE_PORT = 8000
 GPUS_PER_REPLICA = 4
@@ -2111,7 +2112,7 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
             "tolerance_asked": asked["behavior"]["scaleUp"].get("tolerance"),
             "tolerance_kept": kept,
             "note": "dropped silently: the HPA runs with the 10 % default",
-            "scaler_identity": f"system:serviceaccount:{NS}:{FULL}",
+            "scaler_identity": SCALER_IDENTITY,
         }
     finally:
         if scaler is not None:
@@ -2185,7 +2186,7 @@ def main(argv: list[str] | None = None) -> int:
         sa_kubeconfig = service_account_kubeconfig(
             api, FULL, out / "kubeconfig-scaler-main-sa", expiration_s=4 * 3600
         )
-        report["scaler_identity"] = f"system:serviceaccount:{NS}:{FULL}"
+        report["scaler_identity"] = SCALER_IDENTITY
         scaler = LocalScaler(config_file, sa_kubeconfig, out / "scaler.log")
         farm = EngineFarm(api.core, LOW_RPS)
         farm.start()

@@ -168,9 +168,10 @@ def test_grammar_built_expositions(engine: Engine) -> None:
     @FUZZ
     @given(lines=st.lists(sample_line(engine), min_size=1, max_size=12))
     def run(lines: list[str]) -> None:
+        text = "\n".join(lines) + "\n"
         for slo in (False, True):
-            check("\n".join(lines) + "\n", engine, slo=slo)
-            check("\n".join(lines) + "\n", engine, "a", slo)
+            check(text, engine, slo=slo)
+            check(text, engine, "a", slo)
 
     run()
 
