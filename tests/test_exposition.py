@@ -11,8 +11,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from scaler.core.exposition import ParseError, read_sample, read_sample_reference
 from scaler.core.load import EngineSample
+from tests.support.exposition import SGLANG_ITL_BOUNDS, SGLANG_TTFT_BOUNDS
 from tests.support.fuzz import budget
-from tests.support.paths import FIXTURES
+from tests.support.paths import FIXTURES, SGLANG_CAPTURES
 
 AFTER_LOAD = (FIXTURES / "metrics_after_load.txt").read_text()
 IDLE = (FIXTURES / "metrics_idle.txt").read_text()
@@ -93,6 +94,111 @@ sglang:prompt_tokens_total{model_name="qwen"} 1.2e+06
 # TYPE sglang:generation_tokens_total counter
 sglang:generation_tokens_total{model_name="qwen"} 3.4e+06
 """
+
+# What tools/sglang_capture.py logs through SGLang 0.5.23's collectors (its RUNNING,
+# WAITING, TTFT, ITL and FINISHED), read back as the scaler must read it.
+SGLANG_TTFT_CUMULATIVE = {0.4: 2.0, 1.0: 3.0, 2.0: 4.0, 4.0: 5.0, 6.0: 6.0, math.inf: 6.0}
+# ITL: each step's interval over its new tokens (0.05 s / 5, 0.3 s / 2, 12 s / 1), tokens counted.
+SGLANG_ITL_CUMULATIVE = {0.008: 0.0, 0.01: 5.0, 0.1: 5.0, 0.2: 7.0, 8.0: 7.0, math.inf: 8.0}
+
+
+@pytest.mark.parametrize(
+    "capture",
+    ["metrics.txt", "metrics_priority.txt"],
+    ids=["default", "priority-scheduling"],
+)
+@pytest.mark.parametrize("model", [None, "tiny-llama"], ids=["any-model", "select-model"])
+def test_sglang_capture_reads_each_queue_once(capture: str, model: str | None) -> None:
+    """SGLang's own collectors (not a hand-written imitation): with priority scheduling its
+    queue gauges carry the total under priority="" and a per-priority breakdown beside it,
+    and the latency histograms split by `is_streaming` and `priority`."""
+    text = (SGLANG_CAPTURES / capture).read_text()
+    s = read_sample(text, "sglang", model, ttft=True, itl=True)
+    assert s is not None
+    assert (s.waiting, s.running, s.engines) == (7.0, 5.0, 1)
+    assert (s.kv_usage_mean, s.kv_usage_max) == (0.42, 0.42)
+    assert (s.prompt_tokens_total, s.generation_tokens_total) == (140.0, 28.0)
+    assert s.process_start_seconds is None  # multiprocess collector: no process metrics
+    assert s.ttft_buckets is not None and s.itl_buckets is not None
+    ttft, itl = dict(s.ttft_buckets), dict(s.itl_buckets)
+    assert {le: ttft[le] for le in SGLANG_TTFT_CUMULATIVE} == SGLANG_TTFT_CUMULATIVE
+    assert {le: itl[le] for le in SGLANG_ITL_CUMULATIVE} == SGLANG_ITL_CUMULATIVE
+    assert s == read_sample_reference(text, "sglang", model, ttft=True, itl=True)
+
+
+def test_the_sglang_helper_s_bounds_are_sglang_s() -> None:
+    """tests/support/exposition.py writes SGLang expositions for the app tests: its bucket
+    bounds must be those SGLang's collectors write."""
+    s = read_sample((SGLANG_CAPTURES / "metrics.txt").read_text(), "sglang", ttft=True, itl=True)
+    assert s is not None and s.ttft_buckets is not None and s.itl_buckets is not None
+    assert [le for le, _ in s.ttft_buckets] == [*map(float, SGLANG_TTFT_BOUNDS), math.inf]
+    assert [le for le, _ in s.itl_buckets] == [*map(float, SGLANG_ITL_BOUNDS), math.inf]
+
+
+def test_sglang_capture_of_another_model_is_not_this_pod_s() -> None:
+    text = (SGLANG_CAPTURES / "metrics_priority.txt").read_text()
+    assert read_sample(text, "sglang", "other-model") is None
+
+
+def _g(labels: str, value: float) -> str:
+    return f"sglang:num_queue_reqs{{{labels}}} {value}\n"
+
+
+@pytest.mark.parametrize(
+    ("lines", "waiting", "engines"),
+    [
+        pytest.param([_g('dp_rank="0"', 4)], 4.0, 1, id="no-priority-label"),
+        pytest.param([_g('priority=""', 4)], 4.0, 1, id="total-only"),
+        pytest.param(
+            [_g('priority=""', 7), _g('priority="0"', 4), _g('priority="1"', 3)],
+            7.0,
+            1,
+            id="total-and-breakdown",
+        ),
+        pytest.param(
+            [_g('priority="0"', 4), _g('priority="1"', 3)], 7.0, 2, id="breakdown-without-total"
+        ),
+        pytest.param(
+            [
+                _g('dp_rank="0",priority=""', 7),
+                _g('dp_rank="0",priority="2"', 7),
+                _g('dp_rank="1",priority=""', 1),
+                _g('dp_rank="1",priority="2"', 1),
+            ],
+            8.0,
+            2,
+            id="two-engines-each-with-breakdown",
+        ),
+        pytest.param(
+            [_g('dp_rank="0",priority=""', 2), _g('dp_rank="1",priority="3"', 5)],
+            7.0,
+            2,
+            id="a-breakdown-of-another-engine-is-kept",
+        ),
+    ],
+)
+def test_a_queue_gauge_s_priority_breakdown_is_not_summed(
+    lines: list[str], waiting: float, engines: int
+) -> None:
+    running = "".join(line.replace("num_queue_reqs", "num_running_reqs") for line in lines)
+    text = "# TYPE sglang:num_queue_reqs gauge\n" + "".join(lines) + running
+    s = read_sample(text, "sglang")
+    assert s is not None
+    assert (s.waiting, s.running, s.engines) == (waiting, waiting, engines)
+    assert s == read_sample_reference(text, "sglang")
+
+
+def test_a_counter_s_priority_series_are_summed() -> None:
+    """Token counters split by the request's priority: a partition, every series counts."""
+    text = (
+        _g('priority=""', 1)
+        + 'sglang:num_running_reqs{priority=""} 1\n'
+        + 'sglang:prompt_tokens_total{priority=""} 10\n'
+        + 'sglang:prompt_tokens_total{priority="0"} 20\n'
+    )
+    s = read_sample(text, "sglang")
+    assert s is not None and s.prompt_tokens_total == 30.0
+
 
 TGI = """\
 # TYPE tgi_queue_size gauge

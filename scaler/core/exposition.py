@@ -220,15 +220,37 @@ def _check_type(scan: _Scan, name: str, kinds: tuple[str, ...]) -> None:
             seen = kind
 
 
+def without_breakdowns(series: Series) -> Series:
+    """A gauge's per-engine totals: drop each series that repeats another's labels with a
+    non-empty `priority`. SGLang with `--enable-priority-scheduling` sets its queue gauges
+    twice per engine, the total under `priority=""` and a breakdown under
+    `priority="<n>"` (`SchedulerMetricsCollector._log_gauge_queue_count`); summed, the
+    queue would count twice. Counters and histograms are not passed here: their
+    `priority` series are a partition (one per request's priority), not a breakdown."""
+    if not any(k == "priority" for key in series for k, _ in key):
+        return series
+    totals = {
+        tuple(p for p in key if p[0] != "priority") for key in series if ("priority", "") in key
+    }
+    return {
+        key: v
+        for key, v in series.items()
+        if ("priority", "") in key or tuple(p for p in key if p[0] != "priority") not in totals
+    }
+
+
 def _pick(
     scan: _Scan, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
 ) -> dict[tuple[tuple[str, str], ...], float] | None:
-    """Series of the first present alternative (one per engine), of `model` if given."""
+    """Series of the first present alternative (one per engine), of `model` if given;
+    a gauge's without its breakdowns (`without_breakdowns`)."""
     for name in names:
         series = _series(scan, name)
         if series is None:
             continue
         _check_type(scan, name, kinds)
+        if "gauge" in kinds:
+            series = without_breakdowns(series)
         if model is None:
             return series
         # A series is one engine (labels: engine, model_name, rank...); keep the model's.
@@ -375,11 +397,15 @@ def read_sample_reference(
     def first(ns: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], float] | None:
         return next((samples[n] for n in ns if n in samples), None)
 
-    waiting, running = first(names.waiting), first(names.running)
+    def gauge(ns: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], float] | None:
+        per = first(ns)
+        return None if per is None else without_breakdowns(per)
+
+    waiting, running = gauge(names.waiting), gauge(names.running)
     if waiting is None or running is None or not waiting:
         return None
-    swapped = first(names.swapped) or {}
-    kv = list((first(names.kv) or {}).values()) or [0.0]
+    swapped = gauge(names.swapped) or {}
+    kv = list((gauge(names.kv) or {}).values()) or [0.0]
 
     def total(ns: tuple[str, ...]) -> float | None:
         per = first(ns)

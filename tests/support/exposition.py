@@ -106,7 +106,8 @@ def _ttft_line(line: str, fast: float, slow: float) -> str:
 
 
 # SGLang's default TTFT and inter-token latency bounds (python/sglang/srt/metrics/
-# collector.py, TokenizerMetricsCollector, sgl-project/sglang at 00ae9c1, Apache-2.0).
+# collector.py, TokenizerMetricsCollector, sgl-project/sglang at 00ae9c1, Apache-2.0; the
+# same in 0.5.23's capture, tests/data/sglang-0.5.23/, which test_exposition checks).
 SGLANG_TTFT_BOUNDS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 SGLANG_ITL_BOUNDS = (0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
                      0.06, 0.08, 0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8)  # fmt: skip
