@@ -156,10 +156,8 @@ class Scaler:
         )
 
     def _redis_queues(self) -> QueueReader:
-        reads = self.metrics.queue_secret_reads
         self._queue_depth = RedisQueueDepth(
-            secrets=self._read_secret,
-            on_secret_read=lambda ok: reads.labels("ok" if ok else "error").inc(),
+            secrets=self._read_secret, on_secret_read=self.metrics.queue_secret_reads.record
         )
         return self._queue_depth
 
@@ -274,9 +272,7 @@ class Scaler:
         if cfg.server.tls is not None:
             from scaler.serve.tls import server_credentials
 
-            creds = server_credentials(
-                cfg.server.tls, lambda result: self.metrics.tls_reloads.labels(result).inc()
-            )
+            creds = server_credentials(cfg.server.tls, self.metrics.tls_reloads.record)
             bound = self.server.add_secure_port(address, creds)
         else:
             bound = self.server.add_insecure_port(address)

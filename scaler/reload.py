@@ -46,7 +46,7 @@ class ConfigHolder:
             new = load_config(self.path)
         except ConfigError as e:
             self.last_error = str(e)
-            self._metrics.config_reloads.labels("invalid").inc()
+            self._metrics.config_reloads.record(False)
             log.error("config reload rejected, keeping generation %d: %s", self._generation, e)
             return False
         old = self._config
@@ -60,7 +60,7 @@ class ConfigHolder:
         self._config = new
         self._generation += 1
         self.last_error = None
-        self._metrics.config_reloads.labels("ok").inc()
+        self._metrics.config_reloads.record(True)
         self._metrics.config_generation.set(self._generation)
         log.info(
             "config reloaded: generation %d, %d services, %d research classes",

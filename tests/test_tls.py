@@ -164,7 +164,7 @@ class TLSServer:
     def __init__(self, tls: TLSConfig) -> None:
         self.snapshots = Snapshots()
         self.metrics = ScalerMetrics(CollectorRegistry())
-        self.reload_results: list[str] = []
+        self.reload_results: list[bool] = []  # True: the new files took effect
         self.server = grpc.aio.server()
         pb_grpc.add_ExternalScalerServicer_to_server(
             ExternalScalerServicer(self.snapshots, self.metrics), self.server
@@ -273,7 +273,7 @@ async def test_rotated_certificate_is_served_to_new_connections(
     write_server_files(tmp_path, pki.server2, pki.ca1)
     assert await s.call_with(pki.ca2, pki.client1) == 3
     assert await s.call_with(pki.ca1, pki.client1) == REFUSED
-    assert s.reload_results == ["ok"]
+    assert s.reload_results == [True]
 
 
 async def test_rotated_client_ca_is_enforced(
@@ -296,12 +296,12 @@ async def test_broken_rotation_keeps_the_old_certificate(
     (tmp_path / "tls.crt").write_bytes(pki.server2.cert)
     assert await s.call_with(pki.ca1, pki.client1) == 3  # still the old pair
     assert await s.call_with(pki.ca1, pki.client1) == 3
-    assert s.reload_results == ["invalid"]  # examined once, not per handshake
+    assert s.reload_results == [False]  # examined once, not per handshake
     assert "keeping the old ones" in caplog.text and "tls.crt" in caplog.text
     # The rest of the rotation lands: the new pair is served.
     (tmp_path / "tls.key").write_bytes(pki.server2.key)
     assert await s.call_with(pki.ca2, pki.client1) == 3
-    assert s.reload_results == ["invalid", "ok"]
+    assert s.reload_results == [False, True]
 
 
 async def test_health_over_tls_for_clients_that_speak_it(

@@ -13,6 +13,21 @@ from scaler.core.decision import Decision, replica_room
 _PREFIX = "gpu_pool_scaler_"
 
 
+class OutcomeCounter:
+    """A counter by `result`, one value for success and one for failure, both exported at
+    0 from start: a labelled series first exported at 1 has no earlier sample, so
+    `increase()` (the alerts) would miss the first failure. The values are named here
+    only; the parts call `record(ok)`."""
+
+    def __init__(self, counter: Counter, ok: str, failed: str) -> None:
+        self.counter, self.ok, self.failed = counter, ok, failed
+        counter.labels(ok)
+        counter.labels(failed)
+
+    def record(self, ok: bool) -> None:
+        self.counter.labels(self.ok if ok else self.failed).inc()
+
+
 class ScalerMetrics:
     """Counters and histograms the parts push, plus the decision gauges, which are read
     from the latest Decision at scrape time (`DecisionCollector`): what /metrics shows is
@@ -66,8 +81,15 @@ class ScalerMetrics:
             "(inference UNAVAILABLE, research 0 slots).",
             registry=registry,
         )
-        self.config_reloads = Counter(
-            p + "config_reloads", "Config reloads by result.", ("result",), registry=registry
+        self.config_reloads = OutcomeCounter(
+            Counter(
+                p + "config_reloads",
+                "Config reloads by result (ok, invalid: the config in force is kept).",
+                ("result",),
+                registry=registry,
+            ),
+            "ok",
+            "invalid",
         )
         self.config_generation = gauge("config_generation", "Generation of the config in force.")
         self.hpa_ignoring = gauge(
@@ -81,29 +103,28 @@ class ScalerMetrics:
             "Tolerance in force on the service's HPA (0.1 when the field was dropped).",
             ("service", "direction"),
         )
-        self.tls_reloads = Counter(
-            p + "tls_reloads",
-            "Rotated gRPC TLS files examined, by result (ok, invalid: old ones kept).",
-            ("result",),
-            registry=registry,
+        self.tls_reloads = OutcomeCounter(
+            Counter(
+                p + "tls_reloads",
+                "Rotated gRPC TLS files examined, by result (ok, invalid: old ones kept).",
+                ("result",),
+                registry=registry,
+            ),
+            "ok",
+            "invalid",
         )
-        self.queue_secret_reads = Counter(
-            p + "research_queue_secret_reads",
-            "Reads of the work queues' Secrets through the Kubernetes API (research[].queue."
-            "secret), by result (ok, error: the credentials read before are kept, if any).",
-            ("result",),
-            registry=registry,
+        self.queue_secret_reads = OutcomeCounter(
+            Counter(
+                p + "research_queue_secret_reads",
+                "Reads of the work queues' Secrets through the Kubernetes API (research[]."
+                "queue.secret), by result (ok, error: the credentials read before are kept, "
+                "if any).",
+                ("result",),
+                registry=registry,
+            ),
+            "ok",
+            "error",
         )
-        # Every result the alerts and docs select exists at 0 from start: a labelled
-        # series first exported at 1 has no earlier sample, so `increase()` misses the first
-        # rejected config, refused TLS file or failed Secret read.
-        for counter, results in (
-            (self.config_reloads, ("ok", "invalid")),
-            (self.tls_reloads, ("ok", "invalid")),
-            (self.queue_secret_reads, ("ok", "error")),
-        ):
-            for result in results:
-                counter.labels(result)
 
 
 class DecisionCollector(Collector):

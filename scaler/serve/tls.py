@@ -28,8 +28,8 @@ from scaler.config import ConfigError, TLSConfig
 
 log = logging.getLogger("scaler.serve.tls")
 
-# Called with "ok" or "invalid" each time changed files are examined (for a metric).
-ReloadHook = Callable[[str], None]
+# Called each time changed files are examined: True when the new ones took effect.
+ReloadHook = Callable[[bool], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ class CertificateReloader:
                 # logged once; the next write (rest of the rotation) changes them again.
                 log.warning("TLS files changed but cannot be used; keeping the old ones: %s", e)
                 if self._on_reload is not None:
-                    self._on_reload("invalid")
+                    self._on_reload(False)
                 return None
             if new == self.material:
                 return None  # touched, same content
@@ -131,7 +131,7 @@ class CertificateReloader:
             self.reloads += 1
             log.info("TLS certificate reloaded from %s", self._tls.certFile)
             if self._on_reload is not None:
-                self._on_reload("ok")
+                self._on_reload(True)
             return _configuration(new)
 
 
