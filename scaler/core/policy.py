@@ -790,6 +790,7 @@ def format_slo(s: SloStatus) -> str:
         line += (
             f"; {s.ttft_s:g} s lies inside the engine's ({lo:g}, {hi:g}] s bucket: the "
             f"attainment is interpolated, an estimate (state the objective on a bucket bound, "
-            f"e.g. {hi:g} s, to measure it exactly)"
+            f"e.g. {hi:g} s, or give the engine a bound at {s.ttft_s:g} s, to measure it "
+            f"exactly)"
         )
     return line
