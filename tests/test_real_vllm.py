@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import socket
@@ -35,6 +36,10 @@ from scaler.serve.snapshot import Snapshots
 REPO = Path(__file__).resolve().parent.parent
 PEER = REPO / "tools" / "vllm_peer.py"
 CONCURRENT = 200  # requests, each 400 generated tokens; max-num-seqs 8 -> ~190 queue
+# vLLM's default TTFT bounds (vllm/v1/metrics/buckets.py) plus 2.0, given with
+# --custom-histogram-buckets (0.32 and later): a 2-s objective is then measured exactly.
+TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 2.5,
+               5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]  # fmt: skip
 pytestmark = [pytest.mark.realvllm, pytest.mark.timeout(1800)]
 
 
@@ -68,6 +73,8 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 str(port),
                 "--name",
                 name,
+                "--custom-histogram-buckets",
+                json.dumps({"time_to_first_token": TTFT_BOUNDS}),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -105,7 +112,7 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 MODEL = f"tiny-{os.getpid()}"
 
 
-def _body(max_tokens: int) -> bytes:
+def _body(max_tokens: int, stream: bool = False) -> bytes:
     return json.dumps(
         {
             "model": MODEL,
@@ -113,19 +120,30 @@ def _body(max_tokens: int) -> bytes:
             "max_tokens": max_tokens,
             "ignore_eos": True,
             "temperature": 0,
+            "stream": stream,
         }
     ).encode()
 
 
 async def _complete(address: str, max_tokens: int = 400) -> int:
-    """One /v1/completions request on its own connection; returns the HTTP status.
+    """One /v1/completions request on its own connection; returns the HTTP status."""
+    status, _ = await _request(address, max_tokens)
+    return status
+
+
+async def _request(
+    address: str, max_tokens: int = 400, stream: bool = False
+) -> tuple[int, float | None]:
+    """One /v1/completions request on its own connection: the HTTP status and, streamed,
+    the seconds from sending it to the first token's event (None if none came).
 
     Raw streams, not one httpx pool of 200 connections: httpcore's pool bookkeeping is
     quadratic in its connections and stalled this test's event loop for seconds.
     """
-    body = _body(max_tokens)
+    body = _body(max_tokens, stream)
     host, port = address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
+    first: float | None = None
     try:
         writer.write(
             f"POST /v1/completions HTTP/1.1\r\nHost: {address}\r\n"
@@ -134,9 +152,15 @@ async def _complete(address: str, max_tokens: int = 400) -> int:
             + body
         )
         await writer.drain()
+        sent = time.monotonic()
         status_line = await reader.readline()
+        if stream:
+            while line := await reader.readline():
+                if line.startswith(b"data: {"):
+                    first = time.monotonic() - sent
+                    break
         await reader.read()  # until the server closes: the completion is done
-        return int(status_line.split()[1])
+        return int(status_line.split()[1]), first
     finally:
         writer.close()
 
@@ -284,3 +308,81 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
         assert last.generation_tokens_total is not None
         assert last.generation_tokens_total >= CONCURRENT * 400
         lag_task.cancel()
+
+
+def _slo_config(address: str) -> dict[str, object]:
+    """The service sized by its objective alone: the queue threshold is out of reach."""
+    cfg = _config(address)
+    inference = cfg["inference"]
+    assert isinstance(inference, list)
+    inference[0] |= {
+        "thresholds": {"waitingPerReplica": 10_000},
+        "slo": {"ttftSeconds": 2.0, "attainment": 0.99, "windowSeconds": 600, "minRequests": 50},
+    }
+    return cfg
+
+
+async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
+    vllm_address: str,
+) -> None:
+    """The server's TTFT histogram has a 2-s bound (`--custom-histogram-buckets`), so the
+    2-s objective is read exactly, not interpolated. 200 streamed requests on 8 sequences
+    mostly wait for their first token: the scaler's attainment is the share of first tokens
+    the client saw within 2 s (up to the API server's own admission time, which the client
+    sees and vLLM does not), far below the objective, and the slo signal raises the
+    target while the queue signal asks for nothing."""
+    cfg = parse_config(_slo_config(vllm_address), "test")
+    svc = cfg.inference[0]
+    assert svc.slo is not None
+    scraped: list[ScrapeResult] = []
+    async with make_client(cfg.scrape) as client:
+        scraper = Scraper(client, timeout_s=cfg.scrape.timeoutSeconds, observe=scraped.append)
+        static = StaticDiscovery()
+        loop = ControlLoop(
+            lambda: (cfg, 1),
+            lambda _svc: static,
+            scraper,
+            Snapshots(),
+            LoopDeps(capacity=lambda _cfg: Capacity(total_gpus=16)),
+            ScalerMetrics(CollectorRegistry()),
+        )
+        # The baseline: first tokens counted before this scrape are not this test's.
+        while not any(r.sample is not None for r in scraped):
+            await loop.run_once()
+            await asyncio.sleep(0.5)
+        decisions = []
+        t0 = time.monotonic()
+        requests = [
+            asyncio.create_task(_request(vllm_address, stream=True)) for _ in range(CONCURRENT)
+        ]
+        while not all(r.done() for r in requests):
+            assert time.monotonic() - t0 < 480, "load did not finish in 480 s"
+            decisions.append((await loop.run_once()).services[svc.name])
+            await asyncio.sleep(0.5)
+        results = [r.result() for r in requests]
+        assert [status for status, _ in results].count(200) == CONCURRENT, results
+        # Every first token is out: read until a scrape succeeds after the last one.
+        n = len(scraped)
+        final = None
+        while time.monotonic() - t0 < 540:
+            final = (await loop.run_once()).services[svc.name]
+            if any(r.sample is not None for r in scraped[n:]):
+                break
+            await asyncio.sleep(0.5)
+
+    samples = [r.sample for r in scraped if r.sample is not None]
+    assert samples and samples[-1].ttft_buckets is not None
+    assert [le for le, _ in samples[-1].ttft_buckets] == [*TTFT_BOUNDS, math.inf]
+    assert final is not None and final.slo is not None, final
+    status = final.slo
+    assert status.bucket is None, status  # 2.0 is a bound: measured, not interpolated
+    assert status.requests == CONCURRENT, status
+    firsts = [t for _, t in results]
+    assert all(t is not None for t in firsts), firsts
+    client_share = sum(1 for t in firsts if t is not None and t <= 2.0) / CONCURRENT
+    assert status.attainment is not None and status.attainment < svc.slo.attainment, status
+    assert abs(status.attainment - client_share) <= 0.05, (status.attainment, client_share)
+    assert client_share <= status.attainment + 0.01, (status.attainment, client_share)
+    raised = [d for d in decisions if d.decided_by == "slo" and (d.desired or 0) > 1]
+    assert raised, [(d.decided_by, d.desired, d.reason) for d in decisions]
+    assert all(v.replicas <= 1 for d in raised for v in d.signals if v.signal == "queue")

