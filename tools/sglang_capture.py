@@ -1,15 +1,12 @@
 """Write SGLang `/metrics` expositions with SGLang's own collectors (no GPU, no server).
 
-    python tools/sglang_capture.py --site DIR --model .cache/tiny-llama \
-        --out tests/data/sglang-0.5.23 [--priority-scheduling]
+    python3 tools/vllm_peer.py build-model     # the venv (torch) and the tiny model
+    .cache/vllm-venv/bin/python tools/sglang_capture.py --out tests/data/sglang-0.5.23 \
+        [--priority-scheduling] [--site .cache/sglang-site] [--model .cache/tiny-llama]
 
-Run it with a Python that has torch and prometheus_client (the vLLM venv of
-`tools/vllm_peer.py install` has both), and `--site DIR` holding SGLang and the few
-modules its import needs beyond that venv, installed without their dependencies:
-
-    .cache/vllm-venv/bin/python -m pip install --target DIR --no-deps sglang==0.5.23 \
-        torchvision==0.28.0
-    .cache/vllm-venv/bin/python -m pip install --target DIR orjson ipython gguf
+Run it with the vLLM venv's Python (it has torch and prometheus_client). SGLang and the
+few modules its import needs beyond that venv are installed into `--site` without their
+dependencies (`SITE_REQS`, pinned; reused while its marker matches the list; ~250 MB).
 
 An SGLang server cannot run here (no GPU; its CPU backend needs a source build of its
 kernels), but what it serves on `/metrics` is written by these classes into
@@ -31,9 +28,27 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_peer import DEFAULT_MODEL, ROOT, locked  # tools/ is not a package
+
+DEFAULT_SITE = ROOT / ".cache" / "sglang-site"
+# SGLang, and what importing its collectors needs that the vLLM venv lacks (found by
+# importing it in that venv: torchvision for torch 2.13, orjson, IPython, traitlets, gguf).
+SITE_REQS = (
+    "sglang==0.5.23",
+    "torchvision==0.28.0",
+    "orjson==3.13.0",
+    "ipython==9.19.1",
+    "traitlets==5.16.1",
+    "gguf==0.19.0",
+)
+SITE_MARKER = "gpu-pool-scaler-site-ok"
 
 # What each capture logs. Scheduler: requests running / waiting (total, per priority),
 # KV-token usage. Tokenizer: (stream, priority, TTFT seconds) per request, then
@@ -119,17 +134,32 @@ def capture(model: str, priority_scheduling: bool) -> str:
     return generate_latest(registry).decode()
 
 
+def install_site(site: Path) -> None:
+    """`SITE_REQS` into `site` with this Python's pip, unless a completed install is there."""
+    with locked(site.with_name(site.name + ".lock")):
+        marker, want = site / SITE_MARKER, " ".join(SITE_REQS) + "\n"
+        if marker.exists() and marker.read_text() == want:
+            return
+        shutil.rmtree(site, ignore_errors=True)  # an incomplete or older install
+        env = {k: v for k, v in os.environ.items() if k != "PIP_FIND_LINKS"}
+        pip = [sys.executable, "-m", "pip", "install", "--progress-bar", "off", "--no-deps"]
+        subprocess.run([*pip, "--only-binary", ":all:", "--target", str(site), *SITE_REQS],
+                       check=True, env=env)  # fmt: skip
+        marker.write_text(want)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--site", required=True, help="directory holding sglang (pip --target)")
-    p.add_argument("--model", required=True, help="a model directory ServerArgs can read")
+    p.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where SGLang is installed")
+    p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="for ServerArgs")
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--priority-scheduling", action="store_true")
     a = p.parse_args(argv)
-    sys.path.insert(0, a.site)
+    install_site(a.site)
+    sys.path.insert(0, str(a.site))
     name = "metrics_priority.txt" if a.priority_scheduling else "metrics.txt"
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / name).write_text(capture(a.model, a.priority_scheduling))
+    (a.out / name).write_text(capture(str(a.model), a.priority_scheduling))
     print(a.out / name)
     return 0
 

@@ -47,7 +47,7 @@ def venv_python(venv: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """Serialize installs/builds across processes (parallel test runs share .cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
@@ -60,7 +60,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 def install(venv: Path, *, python: str = sys.executable) -> Path:
     """Create the venv with vLLM unless a completed install is already there."""
-    with _locked(venv.with_name(venv.name + ".lock")):
+    with locked(venv.with_name(venv.name + ".lock")):
         return _install(venv, python)
 
 
@@ -140,7 +140,7 @@ print(f"tiny llama written to {out}")
 
 
 def build_model(venv: Path, out: Path) -> Path:
-    with _locked(out.with_name(out.name + ".lock")):
+    with locked(out.with_name(out.name + ".lock")):
         return _build_model(venv, out)
 
 
