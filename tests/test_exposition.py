@@ -103,20 +103,26 @@ SGLANG_ITL_CUMULATIVE = {0.008: 0.0, 0.01: 5.0, 0.1: 5.0, 0.2: 7.0, 8.0: 7.0, ma
 
 
 @pytest.mark.parametrize(
-    "capture",
-    ["metrics.txt", "metrics_priority.txt"],
-    ids=["default", "priority-scheduling"],
+    ("capture", "engines", "kv_mean", "kv_max"),
+    [
+        pytest.param("metrics.txt", 1, 0.42, 0.42, id="default"),
+        pytest.param("metrics_priority.txt", 1, 0.42, 0.42, id="priority-scheduling"),
+        pytest.param("metrics_dp2.txt", 2, 0.52, 0.62, id="two-data-parallel-schedulers"),
+    ],
 )
 @pytest.mark.parametrize("model", [None, "tiny-llama"], ids=["any-model", "select-model"])
-def test_sglang_capture_reads_each_queue_once(capture: str, model: str | None) -> None:
+def test_sglang_capture_reads_each_queue_once(
+    capture: str, engines: int, kv_mean: float, kv_max: float, model: str | None
+) -> None:
     """SGLang's own collectors (not a hand-written imitation): with priority scheduling its
-    queue gauges carry the total under priority="" and a per-priority breakdown beside it,
-    and the latency histograms split by `is_streaming` and `priority`."""
+    queue gauges carry the total under priority="" and a per-priority breakdown beside it;
+    with two data-parallel schedulers each logs its own queue (7 waiting, 5 running each,
+    labelled `dp_rank`); the latency histograms split by `is_streaming` and `priority`."""
     text = (SGLANG_CAPTURES / capture).read_text()
     s = read_sample(text, "sglang", model, ttft=True, itl=True)
     assert s is not None
-    assert (s.waiting, s.running, s.engines) == (7.0, 5.0, 1)
-    assert (s.kv_usage_mean, s.kv_usage_max) == (0.42, 0.42)
+    assert (s.waiting, s.running, s.engines) == (7.0 * engines, 5.0 * engines, engines)
+    assert (s.kv_usage_mean, s.kv_usage_max) == pytest.approx((kv_mean, kv_max))
     assert (s.prompt_tokens_total, s.generation_tokens_total) == (140.0, 28.0)
     assert s.process_start_seconds is None  # multiprocess collector: no process metrics
     assert s.ttft_buckets is not None and s.itl_buckets is not None

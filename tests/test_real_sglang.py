@@ -40,14 +40,19 @@ def _lines(text: str) -> list[str]:
 
 @pytest.mark.parametrize(
     ("flags", "name"),
-    [([], "metrics.txt"), (["--priority-scheduling"], "metrics_priority.txt")],
-    ids=["default", "priority-scheduling"],
+    [
+        ([], "metrics.txt"),
+        (["--priority-scheduling"], "metrics_priority.txt"),
+        (["--dp-size", "2"], "metrics_dp2.txt"),
+    ],
+    ids=["default", "priority-scheduling", "two-data-parallel-schedulers"],
 )
 def test_sglang_s_collectors_write_the_vendored_capture(
     venv_python: str, flags: list[str], name: str, tmp_path: Path
 ) -> None:
     """tests/data/sglang-0.5.23 (read by test_exposition) is what the pinned SGLang writes
-    today, and the scaler reads each queue once (the priority breakdown not summed)."""
+    today, and the scaler reads each queue once (the priority breakdown not summed, each
+    data-parallel rank's queue summed)."""
     run = subprocess.run(
         [venv_python, str(CAPTURE), "--out", str(tmp_path), *flags],
         capture_output=True,
@@ -58,5 +63,6 @@ def test_sglang_s_collectors_write_the_vendored_capture(
     text = (tmp_path / name).read_text()
     assert _lines(text) == _lines((SGLANG_CAPTURES / name).read_text())
     s = read_sample(text, "sglang", ttft=True, itl=True)
-    assert s is not None and (s.waiting, s.running, s.engines) == (7.0, 5.0, 1)
+    engines = 2 if "--dp-size" in flags else 1
+    assert s is not None and (s.waiting, s.engines) == (7.0 * engines, engines)
     assert s.ttft_buckets is not None and s.ttft_buckets[-1] == (float("inf"), 6.0)

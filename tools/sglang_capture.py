@@ -16,8 +16,10 @@ server's processes do: it builds the runtime context from `ServerArgs`, creates 
 scheduler's collector with `SchedulerMetricsCollector.init_new` and the tokenizer's with
 `tokenizer_metric_labels()`, logs one `SchedulerStats` and a few requests through the
 calls `TokenizerManager.collect_metrics` makes, and renders the directory as the server's
-`/metrics` route does. One file with `--enable-priority-scheduling` (queue gauges then
-carry a per-priority breakdown beside the total), one without.
+`/metrics` route does. Each scheduler logs in a child process of its own, as SGLang runs
+them, and the tokenizer in this one. One file with `--enable-priority-scheduling` (queue
+gauges then carry a per-priority breakdown beside the total), one without, one with two
+data-parallel schedulers (`--dp-size 2`: each its own queue, labelled `dp_rank`).
 
 The numbers it logs are fixed (below), so the tests can assert what the scaler reads. A
 re-run writes the same lines up to the families' order and the value of the `pid` label
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_peer import DEFAULT_MODEL, ROOT, locked  # tools/ is not a package
@@ -56,6 +59,7 @@ SITE_MARKER = "gpu-pool-scaler-site-ok"
 RUNNING = (5, {0: 3, 1: 2})
 WAITING = (7, {0: 4, 1: 3})
 TOKEN_USAGE = 0.42
+USAGE_STEP = 0.2  # each further data-parallel rank's token usage is this much higher
 TTFT = [
     (True, 0, 0.15),
     (True, 0, 0.5),
@@ -68,33 +72,36 @@ ITL = [(0, 0.05, 5), (1, 0.3, 2), (1, 12.0, 1)]
 FINISHED = [(True, 0, 100, 20), (False, 1, 40, 8)]  # stream, priority, prompt, generation
 
 
-def capture(model: str, priority_scheduling: bool) -> str:
-    multiproc = tempfile.mkdtemp(prefix="sglang-metrics-")
-    # Set before prometheus_client is imported: SGLang's own order (its comment says so).
-    os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
-    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+def _server_args(model: str, priority_scheduling: bool, dp_size: int) -> Any:
+    from sglang.srt.server_args import ServerArgs
+
+    return ServerArgs(
+        model_path=model,
+        served_model_name="tiny-llama",
+        enable_metrics=True,
+        enable_priority_scheduling=priority_scheduling,
+        dp_size=dp_size,
+        device="cpu",
+    )
+
+
+def log_scheduler(model: str, priority_scheduling: bool, dp_size: int, dp_rank: int) -> None:
+    """One scheduler process: its collector logs `RUNNING`, `WAITING` and a token usage into
+    the multiprocess directory (every rank the same counts, so the capture's queue is
+    dp_size × 7; the usage `TOKEN_USAGE` + `USAGE_STEP` × rank, so mean and max differ)."""
     from sglang.srt import runtime_context
     from sglang.srt.observability.metrics_collector import (
         QueueCount,
         SchedulerMetricsCollector,
         SchedulerStats,
-        TokenizerMetricsCollector,
-        tokenizer_metric_labels,
     )
-    from sglang.srt.server_args import ServerArgs
 
-    args = ServerArgs(
-        model_path=model,
-        served_model_name="tiny-llama",
-        enable_metrics=True,
-        enable_priority_scheduling=priority_scheduling,
-        device="cpu",
-    )
-    # The one scheduler of a tp=1, dp=1 server: world rank 0, no data-parallel controller.
-    context = runtime_context.create_context(
-        args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0)
-    )
-    with runtime_context.use_context(context):
+    args = _server_args(model, priority_scheduling, dp_size)
+    # tp = 1: world rank 0; a data-parallel controller gives each scheduler its dp_rank.
+    ranks = runtime_context.SpawnRanks(world_rank=0, dp_rank=dp_rank if dp_size > 1 else None)
+    with runtime_context.use_context(
+        runtime_context.create_context(args, role="scheduler", ranks=ranks)
+    ):
         sched = SchedulerMetricsCollector.init_new(
             server_args=args,
             enable_priority_scheduling=priority_scheduling,
@@ -110,10 +117,37 @@ def capture(model: str, priority_scheduling: bool) -> str:
             SchedulerStats(
                 num_running_reqs=count(*RUNNING),
                 num_queue_reqs=count(*WAITING),
-                token_usage=TOKEN_USAGE,
-                full_token_usage=TOKEN_USAGE,
+                token_usage=TOKEN_USAGE + USAGE_STEP * dp_rank,
+                full_token_usage=TOKEN_USAGE + USAGE_STEP * dp_rank,
             )
         )
+
+
+def capture(model: str, site: Path, priority_scheduling: bool, dp_size: int) -> str:
+    """The server's processes: one scheduler each per data-parallel rank (child processes,
+    as SGLang runs them), the tokenizer (this one), then the `/metrics` route's rendering."""
+    multiproc = tempfile.mkdtemp(prefix="sglang-metrics-")
+    # Set before prometheus_client is imported: SGLang's own order (its comment says so).
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
+    flags = ["--priority-scheduling"] if priority_scheduling else []
+    for rank in range(dp_size):
+        subprocess.run(
+            [sys.executable, __file__, "--site", str(site), "--model", model, *flags,
+             "--dp-size", str(dp_size), "--scheduler-rank", str(rank)],
+            check=True,
+        )  # fmt: skip
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+    from sglang.srt import runtime_context
+    from sglang.srt.observability.metrics_collector import (
+        TokenizerMetricsCollector,
+        tokenizer_metric_labels,
+    )
+
+    args = _server_args(model, priority_scheduling, dp_size)
+    context = runtime_context.create_context(
+        args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0)
+    )
+    with runtime_context.use_context(context):
         base = tokenizer_metric_labels()
         tok = TokenizerMetricsCollector(server_args=args, labels=base)
 
@@ -134,6 +168,16 @@ def capture(model: str, priority_scheduling: bool) -> str:
     return generate_latest(registry).decode()
 
 
+def capture_name(priority_scheduling: bool, dp_size: int) -> str:
+    """metrics.txt, metrics_priority.txt, metrics_dp2.txt, ..."""
+    return (
+        "metrics"
+        + ("_priority" if priority_scheduling else "")
+        + (f"_dp{dp_size}" if dp_size > 1 else "")
+        + ".txt"
+    )
+
+
 def install_site(site: Path) -> None:
     """`SITE_REQS` into `site` with this Python's pip, unless a completed install is there."""
     with locked(site.with_name(site.name + ".lock")):
@@ -152,15 +196,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where SGLang is installed")
     p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="for ServerArgs")
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--out", type=Path, help="directory for the capture")
     p.add_argument("--priority-scheduling", action="store_true")
+    p.add_argument("--dp-size", type=int, default=1, help="data-parallel schedulers")
+    p.add_argument("--scheduler-rank", type=int, help=argparse.SUPPRESS)  # a child's rank
     a = p.parse_args(argv)
+    if a.scheduler_rank is not None:
+        sys.path.insert(0, str(a.site))
+        log_scheduler(str(a.model), a.priority_scheduling, a.dp_size, a.scheduler_rank)
+        return 0
+    if a.out is None:
+        p.error("--out is required")
     install_site(a.site)
     sys.path.insert(0, str(a.site))
-    name = "metrics_priority.txt" if a.priority_scheduling else "metrics.txt"
     a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / name).write_text(capture(str(a.model), a.priority_scheduling))
-    print(a.out / name)
+    out = a.out / capture_name(a.priority_scheduling, a.dp_size)
+    out.write_text(capture(str(a.model), a.site, a.priority_scheduling, a.dp_size))
+    print(out)
     return 0
 
 
