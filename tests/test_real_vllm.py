@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 
 from scaler.config import parse_config
 from scaler.core.accounting import Capacity
@@ -310,6 +311,17 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
         lag_task.cancel()
 
 
+def _ttft_counts(address: str) -> dict[float, float]:
+    """The server's TTFT histogram, cumulative count per bound, by prometheus_client."""
+    text = httpx.get(f"http://{address}/metrics", timeout=10).text
+    (family,) = [
+        f
+        for f in text_string_to_metric_families(text)
+        if f.name == "vllm:time_to_first_token_seconds"
+    ]
+    return {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
+
+
 def _slo_config(address: str) -> dict[str, object]:
     """The service sized by its objective alone: the queue threshold is out of reach."""
     cfg = _config(address)
@@ -327,9 +339,9 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
 ) -> None:
     """The server's TTFT histogram has a 2-s bound (`--custom-histogram-buckets`), so the
     2-s objective is read exactly, not interpolated. 200 streamed requests on 8 sequences
-    mostly wait for their first token: the scaler's attainment is the share of first tokens
-    the client saw within 2 s (up to the API server's own admission time, which the client
-    sees and vLLM does not), far below the objective, and the slo signal raises the
+    mostly wait for their first token: the scaler's attainment is vLLM's own count within
+    2 s over the load (the server's histogram before and after, parsed by prometheus_client),
+    far below the objective, never below the client's share, and the slo signal raises the
     target while the queue signal asks for nothing."""
     cfg = parse_config(_slo_config(vllm_address), "test")
     svc = cfg.inference[0]
@@ -350,6 +362,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
         while not any(r.sample is not None for r in scraped):
             await loop.run_once()
             await asyncio.sleep(0.5)
+        before = _ttft_counts(vllm_address)
         decisions = []
         t0 = time.monotonic()
         requests = [
@@ -370,6 +383,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
                 break
             await asyncio.sleep(0.5)
 
+    after = _ttft_counts(vllm_address)
     samples = [r.sample for r in scraped if r.sample is not None]
     assert samples and samples[-1].ttft_buckets is not None
     assert [le for le, _ in samples[-1].ttft_buckets] == [*TTFT_BOUNDS, math.inf]
@@ -379,9 +393,17 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
     assert status.requests == CONCURRENT, status
     firsts = [t for _, t in results]
     assert all(t is not None for t in firsts), firsts
-    client_share = sum(1 for t in firsts if t is not None and t <= 2.0) / CONCURRENT
+    # vLLM's own count (prometheus_client's parse of the server's histogram, before and
+    # after the load) is what the scaler must read through its scrapes and window.
+    served = after[math.inf] - before[math.inf]
+    within = (after[2.0] - before[2.0]) / served
+    assert served == CONCURRENT, (before, after)
     assert status.attainment is not None and status.attainment < svc.slo.attainment, status
-    assert abs(status.attainment - client_share) <= 0.05, (status.attainment, client_share)
+    assert status.attainment == pytest.approx(within, abs=0.005), (status.attainment, within)
+    # The client's clock includes the API server's admission, which vLLM does not count:
+    # its share within 2 s is no higher (on a quiet machine the two agreed: 16 of 200 each;
+    # under a concurrent build the server counted 24 and the client none).
+    client_share = sum(1 for t in firsts if t is not None and t <= 2.0) / CONCURRENT
     assert client_share <= status.attainment + 0.01, (status.attainment, client_share)
     raised = [d for d in decisions if d.decided_by == "slo" and (d.desired or 0) > 1]
     assert raised, [(d.decided_by, d.desired, d.reason) for d in decisions]
