@@ -623,10 +623,10 @@ def s2_ramp(c: Ctx) -> dict[str, Any]:
 
 
 def s3_scaler_down(c: Ctx) -> dict[str, Any]:
-    """The scaler process is killed. What KEDA 2.20 does (kedacore/keda#8056): GetMetricSpec
-    fails before its fallback path, so `Fallback` never turns True; the HPA gets an error
-    for the metric and does not scale. Asserted: inference never shrinks, no research Job
-    starts; then the scaler comes back and both resume."""
+    """The scaler process is killed. What KEDA 2.20 and 2.21.0 do (kedacore/keda#8056):
+    GetMetricSpec fails before its fallback path, so `Fallback` never turns True; the HPA
+    gets an error for the metric and does not scale. Asserted: inference never shrinks, no
+    research Job starts; then the scaler comes back and both resume."""
     api = c.api
     replicas = api.deploy_replicas()
     jobs_before = {j.metadata.name for j in api.jobs()}
