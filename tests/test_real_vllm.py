@@ -24,7 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from scaler.config import parse_config
+from scaler.config import Config, parse_config
 from scaler.core.accounting import Capacity
 from scaler.core.load import Endpoint, ScrapeResult, TargetPhase
 from scaler.core.tracker import TargetTracker
@@ -189,23 +189,29 @@ def _config(address: str) -> dict[str, object]:
     }
 
 
+def _control_loop(
+    cfg: Config, client: httpx.AsyncClient, scraped: list[ScrapeResult]
+) -> ControlLoop:
+    """The real control loop over the static target, on a 16-GPU pool; every scrape's
+    result is appended to `scraped`."""
+    scraper = Scraper(client, timeout_s=cfg.scrape.timeoutSeconds, observe=scraped.append)
+    static = StaticDiscovery()
+    return ControlLoop(
+        lambda: (cfg, 1),
+        lambda _svc: static,
+        scraper,
+        Snapshots(),
+        LoopDeps(capacity=lambda _cfg: Capacity(total_gpus=16)),
+        ScalerMetrics(CollectorRegistry()),
+    )
+
+
 async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -> None:
     cfg = parse_config(_config(vllm_address), "test")
     svc = cfg.inference[0]
     scraped: list[ScrapeResult] = []
     async with make_client(cfg.scrape) as client:
-        scraper = Scraper(client, timeout_s=cfg.scrape.timeoutSeconds, observe=scraped.append)
-        static = StaticDiscovery()
-        loop = ControlLoop(
-            lambda: (cfg, 1),
-            lambda _svc: static,
-            scraper,
-            Snapshots(),
-            LoopDeps(
-                capacity=lambda _cfg: Capacity(total_gpus=16),
-            ),
-            ScalerMetrics(CollectorRegistry()),
-        )
+        loop = _control_loop(cfg, client, scraped)
         # Our own tracker over the same scrapes: the rates the loop aggregates.
         tracker = TargetTracker()
         endpoint = [Endpoint(vllm_address, TargetPhase.SERVING)]
@@ -348,16 +354,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
     assert svc.slo is not None
     scraped: list[ScrapeResult] = []
     async with make_client(cfg.scrape) as client:
-        scraper = Scraper(client, timeout_s=cfg.scrape.timeoutSeconds, observe=scraped.append)
-        static = StaticDiscovery()
-        loop = ControlLoop(
-            lambda: (cfg, 1),
-            lambda _svc: static,
-            scraper,
-            Snapshots(),
-            LoopDeps(capacity=lambda _cfg: Capacity(total_gpus=16)),
-            ScalerMetrics(CollectorRegistry()),
-        )
+        loop = _control_loop(cfg, client, scraped)
         # The baseline: first tokens counted before this scrape are not this test's.
         while not any(r.sample is not None for r in scraped):
             await loop.run_once()
