@@ -220,7 +220,7 @@ def _check_type(scan: _Scan, name: str, kinds: tuple[str, ...]) -> None:
             seen = kind
 
 
-def without_breakdowns(series: Series) -> Series:
+def _without_breakdowns(series: Series) -> Series:
     """A gauge's per-engine totals: drop each series that repeats another's labels with a
     non-empty `priority`. SGLang with `--enable-priority-scheduling` sets its queue gauges
     twice per engine, the total under `priority=""` and a breakdown under
@@ -243,14 +243,14 @@ def _pick(
     scan: _Scan, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
 ) -> dict[tuple[tuple[str, str], ...], float] | None:
     """Series of the first present alternative (one per engine), of `model` if given;
-    a gauge's without its breakdowns (`without_breakdowns`)."""
+    a gauge's without its breakdowns (`_without_breakdowns`)."""
     for name in names:
         series = _series(scan, name)
         if series is None:
             continue
         _check_type(scan, name, kinds)
         if "gauge" in kinds:
-            series = without_breakdowns(series)
+            series = _without_breakdowns(series)
         if model is None:
             return series
         # A series is one engine (labels: engine, model_name, rank...); keep the model's.
@@ -399,7 +399,7 @@ def read_sample_reference(
 
     def gauge(ns: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], float] | None:
         per = first(ns)
-        return None if per is None else without_breakdowns(per)
+        return None if per is None else _without_breakdowns(per)
 
     waiting, running = gauge(names.waiting), gauge(names.running)
     if waiting is None or running is None or not waiting:
