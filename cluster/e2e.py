@@ -736,7 +736,7 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
         raise Failed(f"scaleDown behavior not as the chart asked: {down}")
     tol = (up.get("tolerance"), down.get("tolerance"))
     if tol != ("50m", "50m"):
-        raise Failed(f"tolerance 0.05 asked, the HPA has {tol} (gate on by default in 1.35)")
+        raise Failed(f"tolerance 0.05 asked, the HPA has {tol} (gate on by default from 1.35)")
     seen = wait(
         "the scaler reads the HPA's tolerance back (server.hpaCheck)",
         lambda: scaler_metric(c.metrics_port, "gpu_pool_scaler_hpa_tolerance{", '"up"'),
@@ -751,7 +751,7 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
         "tolerance_asked": "0.05",
         "tolerance_kept": {"up": tol[0], "down": tol[1]},
         "scaler_hpa_tolerance_metric": seen,
-        "feature_gate": "HPAConfigurableTolerance default (beta, on in 1.35); off: 6b",
+        "feature_gate": "HPAConfigurableTolerance default (beta, on from 1.35); off: 6b",
     }
 
 
@@ -1691,7 +1691,7 @@ BP_NAME = "gps-e2e-binpack"
 def s12_chart_scheduler(c: Ctx) -> dict[str, Any]:
     """`binpackScheduler.enabled` (charts/gpu-pool-scaler/templates/binpack-scheduler.yaml):
     `helm upgrade` creates the second scheduler's objects; the research ScaledJob's pods
-    select it. kwok runs no container, so the real kube-scheduler v1.35 runs here with the
+    select it. kwok runs no container, so the cluster's real kube-scheduler runs here with the
     ConfigMap the chart put in the cluster and the Deployment's own flags, as the chart's
     ServiceAccount (its token: the RBAC is what the pod gets). Checked: a pod selecting it
     stays Pending until it runs; it takes its Lease; /healthz and /livez (the probes) answer
