@@ -199,7 +199,10 @@ def serve_env() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    # No abbreviations: an engine flag passed through must not be read as a prefix of ours.
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter, allow_abbrev=False
+    )
     ap.add_argument("command", choices=["install", "build-model", "serve"])
     ap.add_argument("--venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--model", "--out", dest="model", type=Path, default=DEFAULT_MODEL)
