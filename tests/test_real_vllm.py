@@ -41,6 +41,9 @@ CONCURRENT = 200  # requests, each 400 generated tokens; max-num-seqs 8 -> ~190 
 # --custom-histogram-buckets (0.32 and later): a 2-s objective is then measured exactly.
 TTFT_BOUNDS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 2.5,
                5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]  # fmt: skip
+# The tiny model's tokens come ~2-3 ms apart: vLLM's default ITL bounds start at 10 ms, so
+# finer ones, for an inter-token objective that splits the tokens.
+ITL_BOUNDS = [0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.1, 1.0, 10.0]
 pytestmark = [pytest.mark.realvllm, pytest.mark.timeout(1800)]
 
 
@@ -75,7 +78,7 @@ def vllm_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "--name",
                 name,
                 "--custom-histogram-buckets",
-                json.dumps({"time_to_first_token": TTFT_BOUNDS}),
+                json.dumps({"time_to_first_token": TTFT_BOUNDS, "inter_token_latency": ITL_BOUNDS}),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -317,15 +320,22 @@ async def test_scaler_reads_real_vllm_and_follows_its_queue(vllm_address: str) -
         lag_task.cancel()
 
 
-def _ttft_counts(address: str) -> dict[float, float]:
-    """The server's TTFT histogram, cumulative count per bound, by prometheus_client."""
+TTFT, ITL = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds"
+
+
+def _histograms(address: str) -> dict[str, dict[float, float]]:
+    """The server's TTFT and ITL histograms, cumulative count per bound, by prometheus_client."""
     text = httpx.get(f"http://{address}/metrics", timeout=10).text
-    (family,) = [
-        f
+    return {
+        f.name: {float(x.labels["le"]): x.value for x in f.samples if x.name.endswith("_bucket")}
         for f in text_string_to_metric_families(text)
-        if f.name == "vllm:time_to_first_token_seconds"
-    ]
-    return {float(s.labels["le"]): s.value for s in family.samples if s.name.endswith("_bucket")}
+        if f.name in (TTFT, ITL)
+    }
+
+
+def _share(before: dict[float, float], after: dict[float, float], bound: float) -> float:
+    """The share of the observations between two reads that fell within `bound`."""
+    return (after[bound] - before[bound]) / (after[math.inf] - before[math.inf])
 
 
 def _slo_config(address: str) -> dict[str, object]:
@@ -335,7 +345,13 @@ def _slo_config(address: str) -> dict[str, object]:
     assert isinstance(inference, list)
     inference[0] |= {
         "thresholds": {"waitingPerReplica": 10_000},
-        "slo": {"ttftSeconds": 2.0, "attainment": 0.99, "windowSeconds": 600, "minRequests": 50},
+        "slo": {
+            "ttftSeconds": 2.0,
+            "itlSeconds": 0.003,  # one of ITL_BOUNDS
+            "attainment": 0.99,
+            "windowSeconds": 600,
+            "minRequests": 50,
+        },
     }
     return cfg
 
@@ -348,7 +364,8 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
     mostly wait for their first token: the scaler's attainment is vLLM's own count within
     2 s over the load (the server's histogram before and after, parsed by prometheus_client),
     far below the objective, never below the client's share, and the slo signal raises the
-    target while the queue signal asks for nothing."""
+    target while the queue signal asks for nothing. The inter-token objective (3 ms, a bound
+    the server was given too) reads vLLM's own share of the ~80,000 tokens likewise."""
     cfg = parse_config(_slo_config(vllm_address), "test")
     svc = cfg.inference[0]
     assert svc.slo is not None
@@ -359,7 +376,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
         while not any(r.sample is not None for r in scraped):
             await loop.run_once()
             await asyncio.sleep(0.5)
-        before = _ttft_counts(vllm_address)
+        before = _histograms(vllm_address)
         decisions = []
         t0 = time.monotonic()
         requests = [
@@ -380,7 +397,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
                 break
             await asyncio.sleep(0.5)
 
-    after = _ttft_counts(vllm_address)
+    after = _histograms(vllm_address)
     samples = [r.sample for r in scraped if r.sample is not None]
     assert samples and samples[-1].ttft_buckets is not None
     assert [le for le, _ in samples[-1].ttft_buckets] == [*TTFT_BOUNDS, math.inf]
@@ -392,11 +409,15 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
     assert all(t is not None for t in firsts), firsts
     # vLLM's own count (prometheus_client's parse of the server's histogram, before and
     # after the load) is what the scaler must read through its scrapes and window.
-    served = after[math.inf] - before[math.inf]
-    within = (after[2.0] - before[2.0]) / served
-    assert served == CONCURRENT, (before, after)
+    assert after[TTFT][math.inf] - before[TTFT][math.inf] == CONCURRENT, (before, after)
+    within = _share(before[TTFT], after[TTFT], 2.0)
     assert status.attainment is not None and status.attainment < svc.slo.attainment, status
     assert status.attainment == pytest.approx(within, abs=0.005), (status.attainment, within)
+    # The inter-token objective likewise, counted in tokens (~80,000 intervals).
+    assert after[ITL][math.inf] - before[ITL][math.inf] >= CONCURRENT * 300, (before, after)
+    itl_within = _share(before[ITL], after[ITL], 0.003)
+    assert status.itl_s == 0.003 and status.itl_attainment is not None, status
+    assert status.itl_attainment == pytest.approx(itl_within, abs=0.005), (status, itl_within)
     # The client's clock includes the API server's admission, which vLLM does not count:
     # its share within 2 s is no higher (on a quiet machine the two agreed: 16 of 200 each;
     # under a concurrent build the server counted 24 and the client none).
