@@ -229,13 +229,10 @@ def _without_breakdowns(series: Series) -> Series:
     `priority` series are a partition (one per request's priority), not a breakdown."""
     if not any(k == "priority" for key in series for k, _ in key):
         return series
-    totals = {
-        tuple(p for p in key if p[0] != "priority") for key in series if ("priority", "") in key
-    }
+    rest = {key: tuple(p for p in key if p[0] != "priority") for key in series}
+    totals = {rest[key] for key in series if ("priority", "") in key}
     return {
-        key: v
-        for key, v in series.items()
-        if ("priority", "") in key or tuple(p for p in key if p[0] != "priority") not in totals
+        key: v for key, v in series.items() if ("priority", "") in key or rest[key] not in totals
     }
 
 
