@@ -343,6 +343,9 @@ def _slo_config(address: str) -> dict[str, object]:
     cfg = _config(address)
     inference = cfg["inference"]
     assert isinstance(inference, list)
+    # The load starves the API server on 2 cores: a longer timeout lets more scrapes land
+    # during it (this test measures the objective, not how fast a failed scrape is held).
+    cfg["scrape"] = {"intervalSeconds": 10, "timeoutSeconds": 10, "staleAfterSeconds": 30}
     inference[0] |= {
         "thresholds": {"waitingPerReplica": 10_000},
         "slo": {
@@ -393,6 +396,7 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
         final = None
         while time.monotonic() - t0 < 540:
             final = (await loop.run_once()).services[svc.name]
+            decisions.append(final)
             if any(r.sample is not None for r in scraped[n:]):
                 break
             await asyncio.sleep(0.5)
@@ -423,6 +427,8 @@ async def test_scaler_measures_real_vllm_first_tokens_at_the_bound_it_was_given(
     # under a concurrent build the server counted 24 and the client none).
     client_share = sum(1 for t in firsts if t is not None and t <= 2.0) / CONCURRENT
     assert client_share <= status.attainment + 0.01, (status.attainment, client_share)
+    # During the load or from the scrape after it: on a slow 2-core CI machine every scrape
+    # past the 50th first token timed out under the load once, and the raise came after it.
     raised = [d for d in decisions if d.decided_by == "slo" and (d.desired or 0) > 1]
     assert raised, [(d.decided_by, d.desired, d.reason) for d in decisions]
     assert all(v.replicas <= 1 for d in raised for v in d.signals if v.signal == "queue")
