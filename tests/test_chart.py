@@ -67,6 +67,9 @@ RELEASE, NAMESPACE = "gps", "gpu-system"
 # kubernetes-validate ships schemas per minor; this is the version helm v4.1 assumes for
 # `.Capabilities.KubeVersion` without --kube-version.
 KUBE_VERSION = "1.35.0"
+# The newer minors the chart is validated against too, each rendered with --kube-version
+# (capability-gated fields follow it): the e2e cluster's (1.36) and the newest schemas.
+NEWER_KUBE_VERSIONS = ("1.36.0", "1.37.0")
 KEDA_KINDS = {"ScaledObject", "ScaledJob", "TriggerAuthentication", "ClusterTriggerAuthentication"}
 NOT_CORE = KEDA_KINDS | {"ServiceMonitor", "PrometheusRule"}  # no Kubernetes schema for these
 CONFIG_PATH = "/etc/gpu-pool-scaler/config.yaml"
@@ -140,6 +143,17 @@ def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
     found = [d for d in objs(docs, kind) if name is None or d["metadata"]["name"] == name]
     assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
     return found[0]
+
+
+def job_of(sj: dict[str, Any]) -> dict[str, Any]:
+    """The Job KEDA creates from a ScaledJob's jobTargetRef (the spec as written)."""
+    name = sj["metadata"]["name"]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": sj["spec"]["jobTargetRef"],
+    }
 
 
 def loaded_config(docs: list[dict[str, Any]], tmp_path: Path) -> cfgmod.Config:
@@ -279,19 +293,32 @@ def test_core_objects_match_kubernetes_schemas(
             pytest.fail(f"{d['kind']} {d['metadata']['name']}: {e.message} at {list(e.path)}")
 
 
+@pytest.mark.parametrize("kube", NEWER_KUBE_VERSIONS)
+@pytest.mark.parametrize("cid", CI_IDS)
+def test_core_objects_match_newer_kubernetes_schemas(helm: Helm, cid: str, kube: str) -> None:
+    """Rendered for a newer cluster (--kube-version), each core object and each ScaledJob's
+    Job still validate against that minor's schemas: nothing the chart writes was removed
+    or renamed there."""
+    docs = helm.render(CHART / "ci" / f"{cid}-values.yaml", kube_version=kube)
+    core = [d for d in docs if d["kind"] not in NOT_CORE]
+    assert {"Deployment", "Service", "ConfigMap", "PriorityClass"} <= {d["kind"] for d in core}
+    jobs = [job_of(sj) for sj in objs(docs, "ScaledJob")]
+    for d in core + jobs:
+        try:
+            kubernetes_validate.validate(d, kube, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(
+                f"{kube}: {d['kind']} {d['metadata']['name']}: {e.message} at {list(e.path)}"
+            )
+
+
 @pytest.mark.parametrize("cid", CI_IDS)
 def test_job_templates_are_valid_kubernetes_jobs(
     rendered: dict[str, list[dict[str, Any]]], cid: str
 ) -> None:
     """The CRD schema of jobTargetRef is KEDA's copy; check the Job KEDA will create too."""
     for sj in objs(rendered[cid], "ScaledJob"):
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": sj["metadata"]["name"]},
-            "spec": sj["spec"]["jobTargetRef"],
-        }
-        kubernetes_validate.validate(job, KUBE_VERSION, strict=True)
+        kubernetes_validate.validate(job_of(sj), KUBE_VERSION, strict=True)
 
 
 # ---------------------------------------------------------------- config round trip ----
