@@ -354,10 +354,23 @@ async def test_one_target_faulty_holds_and_research_fails_closed(
     assert any(bad.address in m and why in m for m in logged), logged
     assert rig.sample("scrape_total", service="chat", result=outcome) == 2.0
 
+    # The healthy target alone now shows more than is held (an overloaded engine is the one
+    # most likely to answer /metrics late): partial data raises at once, never lowers, and
+    # research stays closed.
+    good.body = vllm_exposition(200, 8, 0.9, prompt=1000, generation=5000).encode()
+    d = await rig.cycle()
+    chat = d.services["chat"]
+    assert chat.desired is not None and chat.desired > desired, chat.reason
+    assert (chat.fresh, chat.ready, chat.decided_by) == (False, 1, "queue"), chat.reason
+    assert "on the 1 of 2 serving replicas read" in chat.reason and bad.address in chat.reason
+    assert rig.keda(service="chat") == chat.desired
+    assert rig.keda(researchClass="eval") == 0
+
     # The target recovers: fresh again, the idle load is believed, research is lent again.
     if mode == "refuse":
         await bad.start()
     bad.mode, bad.body = "ok", IDLE.encode()
+    good.body = IDLE.encode()
     d = await rig.cycle()
     assert d.services["chat"].fresh
     assert d.services["chat"].desired == 1

@@ -664,6 +664,64 @@ def test_stale_cycle_restarts_the_scale_down_window() -> None:
     assert [d.desired for d in ds] == [8, 8, 8, 8, 8, 7]
 
 
+UNREAD = "10.0.0.9:8000: read timeout after 2.0 s"
+
+
+@pytest.mark.parametrize(
+    ("prev_desired", "load_kw", "expected", "by"),
+    [
+        # 3 of 4 read, 20 waiting each against 5: the queue asks 3 x 20 / 5 = 12 on them alone.
+        pytest.param(4, {"waiting": 60.0}, 12, "queue", id="the-read-replicas-raise"),
+        pytest.param(4, {"waiting": 600.0}, 16, "max", id="raise-capped-at-max"),
+        pytest.param(None, {"waiting": 60.0}, 12, "queue", id="first-target-from-a-raise"),
+        # KV full on the 3 read: 3 x 1.0 / 0.8 -> 4, no more than the 4 that exist (the unread
+        # replica is counted as neither load nor capacity): hold.
+        pytest.param(4, {"kv_usage_mean": 1.0, "kv_usage_max": 1.0}, 4, "stale", id="kv-no-raise"),
+        pytest.param(4, {}, 4, "stale", id="idle-read-replicas-hold"),
+        pytest.param(None, {}, None, "stale", id="no-target-without-a-raise"),
+        # 9 exist (3 read, 6 not): the 12 waiting ask 3, below them: hold what exists.
+        pytest.param(4, {"waiting": 12.0, "unhealthy": 6}, 9, "stale", id="below-what-exists"),
+    ],
+)  # fmt: skip
+def test_replicas_read_may_raise_while_others_are_unread(
+    prev_desired: int | None, load_kw: dict[str, Any], expected: int | None, by: str
+) -> None:
+    """An engine under load can answer /metrics late: the replicas read are evidence of at
+    least their own load, so they may raise the target at once. Never lower, nothing
+    learned, and not fresh (research gets no slots)."""
+    svc = make_svc()
+    prev = None if prev_desired is None else settled_at(svc, prev_desired)
+    load = make_load(**{"ready": 3, "unhealthy": 1, "complete": False, "reason": UNREAD, **load_kw})
+    d, st = decide(svc, load, prev, 5.0)
+    assert (d.desired, d.decided_by, d.fresh) == (expected, by, False), d.reason
+    assert UNREAD in d.reason
+    assert st.desired == expected and st.low_since is None
+    if prev is not None:  # nothing learned from a partial cycle
+        assert (st.batch_per_replica, st.learned, st.smoothed) == (
+            prev.batch_per_replica,
+            prev.learned,
+            prev.smoothed,
+        )
+    if by != "stale":
+        assert f"scale up {max(prev_desired or 0, load.current)}->{expected} on the 3 of 4" in (
+            d.reason
+        )
+        assert st.raised_at == 5.0 and st.window[-1] == (5.0, expected)
+        assert d.recommended is not None and d.signals
+
+
+def test_a_partial_raise_goes_down_only_through_the_window() -> None:
+    """The raise is a target like any other: complete data that asks less right after it
+    lowers it only once every signal was below it for the stabilization time (300 s from
+    the first complete cycle, at 10), one step at a time."""
+    svc = make_svc()
+    partial = make_load(ready=3, unhealthy=1, complete=False, reason=UNREAD, waiting=60.0)
+    steps = [(5.0, partial)] + [(t, low(ready=12)) for t in (10.0, 309.0, 311.0)]
+    ds, _ = run(svc, steps, settled_at(svc, 4))
+    assert [d.desired for d in ds] == [12, 12, 12, 11]
+    assert [d.fresh for d in ds] == [False, True, True, True]
+
+
 @pytest.mark.parametrize(
     ("min_replicas", "expected"),
     [pytest.param(0, 0, id="min-0-stays-at-zero"), pytest.param(1, 1, id="min-1-asks-one")],

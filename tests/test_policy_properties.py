@@ -239,13 +239,18 @@ def test_stale_data_never_lowers_the_target(
     state, now, _ = replay(svc, history)
     d, after = decide(svc, stale, state, now + 5)
     assert not d.fresh
-    if state is None or state.desired is None:
-        assert d.desired is None
-    else:
-        assert d.desired is not None
-        assert d.desired >= state.desired
-        assert d.desired >= min(svc.maxReplicas, stale.current)
-        assert after.low_since is None  # no evidence: the scale-down window restarts
+    assert after.low_since is None  # no evidence: the scale-down window restarts
+    floor = min(svc.maxReplicas, max(stale.current, svc.minReplicas))
+    if state is not None and state.desired is not None:
+        floor = min(svc.maxReplicas, max(state.desired, floor))
+        assert d.desired is not None and d.desired >= floor
+    if d.desired is None or d.desired == floor:
+        return  # held
+    # A raise: only on replicas read, and exactly what they ask as the whole service.
+    assert stale.ready > 0 and d.desired > floor, (d, floor)
+    alone, _ = decide(svc, replace(stale, complete=True, unhealthy=0, reason=""), state, now + 5)
+    assert alone.desired is not None and d.desired == alone.desired <= svc.maxReplicas
+    assert after.desired == d.desired
 
 
 @PROFILE

@@ -438,7 +438,10 @@ def decide(
     # (no replica, no load), unlike targets that exist but cannot be read.
     scaled_to_zero = load.complete and load.current == 0
     if not (load.usable or scaled_to_zero):
-        return _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
+        holding = _hold(svc, load, prev, now, "stale", _why_unusable(load), ())
+        if load.ready > 0 and not load.complete:
+            return _raise_on_partial(svc, load, prev, now, holding, lead_s, ramp_aside, smooth_rate)
+        return holding
     bad = _garbage(load)
     if bad:  # NaN / Inf / negative / KV > 1: a bug upstream, never a reason to shrink
         return _hold(svc, load, prev, now, "stale", f"unusable value(s) in load: {bad}", ())
@@ -698,6 +701,62 @@ def _why_unusable(load: ServiceLoad) -> str:
     if not load.complete:
         return f"{load.unhealthy} replica(s) without fresh data"
     return "no ready replica to read"
+
+
+def _raise_on_partial(
+    svc: InferenceService,
+    load: ServiceLoad,
+    prev: PolicyState | None,
+    now: float,
+    held: tuple[ServiceDecision, PolicyState],
+    lead_s: float,
+    ramp_aside: bool,
+    smooth_rate: bool,
+) -> tuple[ServiceDecision, PolicyState]:
+    """Some serving replicas read, others not. The ones read are evidence of at least their
+    own load: decided as if they were the whole service (an unread replica counts no load
+    and no capacity), a target above the hold is taken at once; anything else holds.
+
+    Why: an overloaded engine's API server answers /metrics late (the real vLLM on 2 cores
+    timed out every scrape through a 200-request load), so holding on any unread replica
+    froze scale-ups exactly when they were needed. Nothing is learned from the partial
+    cycle (the hold's state is kept, with the raise and its window entry), the forecast is
+    not read, and the decision is not fresh: research still gets no slots."""
+    hold, hold_state = held
+    view = replace(load, unhealthy=0, complete=True, reason="")
+    d, _ = decide(
+        svc, view, prev, now, lead_s=lead_s, ramp_aside=ramp_aside, smooth_rate=smooth_rate
+    )
+    floor = min(svc.maxReplicas, max(load.current, svc.minReplicas))
+    if hold.desired is not None:
+        floor = hold.desired
+    if d.desired is None or d.desired <= floor:
+        return held
+    _, _, detail = d.reason.partition(": ")  # "scale up A->B: <the signal's detail>"
+    n = load.ready + load.unhealthy
+    reason = (
+        f"scale up {floor}->{d.desired} on the {load.ready} of {n} serving replicas read "
+        f"(never lower on the rest): {detail}; unread: {load.reason}"
+    )
+    state = replace(
+        hold_state,
+        desired=d.desired,
+        raised_at=now,
+        waiting_at_raise=load.waiting,
+        window=_window(prev, now, svc.scaleDown.stabilizationSeconds, d.desired),
+    )
+    decision = _decision(
+        svc,
+        load,
+        d.desired,
+        reason,
+        d.signals,
+        fresh=False,
+        by=d.decided_by,
+        recommended=d.recommended,
+        slo=d.slo,
+    )
+    return decision, state
 
 
 def _hold(
