@@ -90,6 +90,7 @@ GPUS_PER_JOB = 2
 NODES, GPUS_PER_NODE = 4, 4  # 16 GPUs: 1 replica (4) + 6 research Jobs (12) at low load
 MAX_REPLICAS = 3
 LOW_RPS, HIGH_RPS = 1.5, 14.0  # one simulated replica serves ~4-5 requests/s
+MID_RPS = 5.5  # two replicas' worth, with room (at 7 the HPA went back to 3 at times)
 
 
 def say(msg: str) -> None:
@@ -98,6 +99,22 @@ def say(msg: str) -> None:
 
 class Failed(AssertionError):
     pass
+
+
+def wait_steady(what: str, check: Callable[[], Any], steady: float, timeout: float) -> None:
+    """Until `check()` has been true for `steady` seconds in a row (polled each second)."""
+    deadline, since = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            ok = bool(check())
+        except Exception:  # the API can blip while components restart
+            ok = False
+        now = time.monotonic()
+        since = (since or now) if ok else None
+        if since is not None and now - since >= steady:
+            return
+        time.sleep(1)
+    raise Failed(f"timed out after {timeout:.0f} s: {what} for {steady:.0f} s in a row")
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
@@ -144,6 +161,15 @@ class EngineFarm:
 
     def waiting(self) -> float:
         return sum(r.sample().waiting for r, _, _ in list(self.engines.values()))
+
+    def answer_late(self, seconds: float, ip: str | None = None) -> str:
+        """Make one engine (the one at `ip`, else any) answer /metrics `seconds` late; its
+        replica keeps serving requests. Returns the engine's IP."""
+        for _, server, at in list(self.engines.values()):
+            if ip is None or at == ip:
+                server.answer_after_s = seconds
+                return str(at)
+        raise Failed(f"no engine at {ip or 'any address'}")
 
     async def _main(self) -> None:
         dt, next_list = 0.5, 0.0
@@ -466,16 +492,23 @@ class LocalScaler:
                 self.proc.kill()
 
 
-def scaler_metric(port: int, prefix: str, contains: str = "") -> float | None:
-    """The value of the first sample line of the scaler's /metrics starting with `prefix`
-    (and containing `contains`), None when absent."""
+def scaler_metrics(port: int, prefix: str, contains: str = "") -> list[float]:
+    """The values of the sample lines of the scaler's /metrics starting with `prefix` (and
+    containing `contains`), in order."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith(prefix) and contains in line:
-                return float(line.rsplit(" ", 1)[1])
-    return None
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in r.read().decode().splitlines()
+            if line.startswith(prefix) and contains in line
+        ]
+
+
+def scaler_metric(port: int, prefix: str, contains: str = "") -> float | None:
+    """The first of `scaler_metrics`, None when absent."""
+    values = scaler_metrics(port, prefix, contains)
+    return values[0] if values else None
 
 
 # --- scenarios -----------------------------------------------------------------------------
@@ -2024,6 +2057,65 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
     }
 
 
+def s14_unread_replica(c: Ctx) -> dict[str, Any]:
+    """One inference replica answers /metrics late (an engine's API server busy with its
+    streams; the real vLLM on 2 cores did so through a 200-request queue): the scaler
+    cannot read it, yet the load the other replica shows raises the HPA at once (replicas
+    read may raise, never lower), no research Job starts while a replica is unread, and
+    once it answers again the service is fresh."""
+    api = c.api
+    inference_pc = f"{FULL}-inference"
+
+    def fresh() -> float | None:
+        return scaler_metric(c.metrics_port, "gpu_pool_scaler_service_data_fresh{", '"chat"')
+
+    c.farm.rps = MID_RPS
+    wait_steady(
+        "two inference replicas Running at the middle load",
+        lambda: (
+            api.desired() == 2 and api.running_gpus().get(inference_pc, 0) == 2 * GPUS_PER_REPLICA
+        ),
+        20,
+        240,
+    )
+    ip = c.farm.answer_late(5.0)  # past the scrape timeout (1 s) on every scrape
+    t0 = time.monotonic()
+    wait("the scaler reads the service as not fresh", lambda: fresh() == 0.0, 60, every=1)
+    t_unread = time.monotonic() - t0
+    if api.desired() != 2:
+        raise Failed(f"the HPA moved before the load did: {api.desired()}")
+    jobs_before = {j.metadata.name for j in api.jobs()}
+    c.farm.rps = HIGH_RPS
+    t1 = time.monotonic()
+    wait(
+        f"the HPA at {MAX_REPLICAS} with a replica unread",
+        lambda: api.desired() == MAX_REPLICAS,
+        120,
+    )
+    t_raise = time.monotonic() - t1
+    still = fresh()
+    slots = scaler_metrics(c.metrics_port, "gpu_pool_scaler_research_slots{")
+    new_jobs = sorted({j.metadata.name for j in api.jobs()} - jobs_before)
+    c.farm.answer_late(0.0, ip)
+    c.farm.rps = LOW_RPS
+    if still != 0.0:
+        raise Failed(f"the replica at {ip} was read again before the raise: fresh={still}")
+    if not slots or any(slots):
+        raise Failed(f"research slots {slots} while a replica was unread (each class: 0)")
+    if new_jobs:
+        raise Failed(f"research Jobs created while a replica was unread: {new_jobs}")
+    t2 = time.monotonic()
+    wait("the service fresh again", lambda: fresh() == 1.0, 60, every=1)
+    return {
+        "unread_engine": f"{ip}:{ENGINE_PORT}",
+        "load_rps": [MID_RPS, HIGH_RPS],
+        "to_not_fresh_s": round(t_unread, 1),
+        "to_hpa_max_s": round(t_raise, 1),
+        "research_slots_while_unread": slots,
+        "fresh_again_s": round(time.monotonic() - t2, 1),
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("0-chart-ci-values", s0_chart_ci_values),
@@ -2039,6 +2131,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("11-placement", s11_placement),
     ("12-chart-scheduler", s12_chart_scheduler),
     ("13-nominated-elsewhere", s13_nominated_elsewhere),
+    ("14-unread-replica", s14_unread_replica),
 ]
 
 

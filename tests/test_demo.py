@@ -373,6 +373,25 @@ async def test_replica_serves_vllm_metrics_the_scaler_reads_back() -> None:
     assert back.process_start_seconds == 1.7e9
 
 
+async def test_a_replica_answering_late_times_the_scraper_out_and_recovers() -> None:
+    """`answer_after_s` (cluster/e2e.py's unread replica): the scraper's deadline passes,
+    then, set back to 0, the same server answers at once."""
+    sample = EngineSample(waiting=3.0, running=1.0, kv_usage_mean=0.1, kv_usage_max=0.1)
+    server = EngineServer.for_engine(lambda: sample, "llama3-70b", 1.7e9)
+    await server.start()
+    try:
+        async with httpx.AsyncClient() as client:
+            server.answer_after_s = 1.0
+            with pytest.raises(httpx.ReadTimeout):
+                await client.get(f"http://{server.address}/metrics", timeout=0.2)
+            server.answer_after_s = 0.0
+            r = await client.get(f"http://{server.address}/metrics", timeout=2.0)
+    finally:
+        await server.stop()
+    back = read_sample(r.text, "vllm")
+    assert back is not None and back.waiting == 3.0
+
+
 def test_replica_stops_cleanly_with_a_keep_alive_connection_open() -> None:
     """A scraper's keep-alive connection left open when the engine stops (cluster/e2e.py's
     engine farm at the end of a run): its handler must end before the loop does. Cancelled
@@ -393,6 +412,32 @@ def test_replica_stops_cleanly_with_a_keep_alive_connection_open() -> None:
 
     asyncio.run(main())
     assert errors == []
+
+
+def test_replica_stops_at_once_while_an_answer_is_late() -> None:
+    """A scrape waiting out `answer_after_s` when the engine stops (cluster/e2e.py's unread
+    replica at the end of a run): its handler ends at once, without a loop error."""
+    sample = EngineSample(waiting=0.0, running=0.0, kv_usage_mean=0.0, kv_usage_max=0.0)
+    errors: list[dict[str, Any]] = []
+    took: list[float] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: errors.append(ctx))
+        server = EngineServer.for_engine(lambda: sample, "llama3-70b", 1.7e9)
+        server.answer_after_s = 30.0
+        await server.start()
+        host, port = server.address.split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the handler is waiting now
+        t0 = time.monotonic()
+        await server.stop()
+        took.append(time.monotonic() - t0)
+        assert await reader.read() == b""  # closed without an answer
+
+    asyncio.run(main())
+    assert errors == [] and took[0] < 2.0, (errors, took)
 
 
 # ---- the KEDA driver has no way to decisions but gRPC ------------------------------------

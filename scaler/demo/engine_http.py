@@ -111,6 +111,10 @@ class EngineServer:
         self._conns: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self.requests = 0
+        # Seconds each /metrics answer waits first: an engine's API server busy with its
+        # streams answers late (cluster/e2e.py makes one replica unreadable with it).
+        self.answer_after_s = 0.0
+        self._closing = asyncio.Event()  # wakes a late answer's wait when the server stops
 
     @classmethod
     def for_engine(
@@ -129,6 +133,7 @@ class EngineServer:
         self._server = await asyncio.start_server(self._handle, sock=self._sock)
 
     async def stop(self) -> None:
+        self._closing.set()
         if self._server is not None:
             self._server.close()
             for w in list(self._conns):
@@ -163,6 +168,11 @@ class EngineServer:
                 close = headers.get("connection", "").lower() == "close"
                 if len(parts) == 3 and parts[0] == "GET" and parts[1].split("?")[0] == "/metrics":
                     self.requests += 1
+                    if self.answer_after_s > 0:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._closing.wait(), self.answer_after_s)
+                        if self._closing.is_set():
+                            return
                     status, ctype, body = b"200 OK", CONTENT_TYPE, generate_latest(self._registry)
                 else:
                     status, ctype, body = b"404 Not Found", b"text/plain", b"not found\n"
