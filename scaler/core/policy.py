@@ -727,9 +727,10 @@ def _raise_on_partial(
     d, _ = decide(
         svc, view, prev, now, lead_s=lead_s, ramp_aside=ramp_aside, smooth_rate=smooth_rate
     )
-    floor = min(svc.maxReplicas, max(load.current, svc.minReplicas))
-    if hold.desired is not None:
-        floor = hold.desired
+    # What the hold keeps (without a previous target: what exists, within the bounds).
+    floor = hold.desired
+    if floor is None:
+        floor = min(svc.maxReplicas, max(load.current, svc.minReplicas))
     if d.desired is None or d.desired <= floor:
         return held
     _, _, detail = d.reason.partition(": ")  # "scale up A->B: <the signal's detail>"
