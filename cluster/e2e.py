@@ -101,22 +101,6 @@ class Failed(AssertionError):
     pass
 
 
-def wait_steady(what: str, check: Callable[[], Any], steady: float, timeout: float) -> None:
-    """Until `check()` has been true for `steady` seconds in a row (polled each second)."""
-    deadline, since = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        try:
-            ok = bool(check())
-        except Exception:  # the API can blip while components restart
-            ok = False
-        now = time.monotonic()
-        since = (since or now) if ok else None
-        if since is not None and now - since >= steady:
-            return
-        time.sleep(1)
-    raise Failed(f"timed out after {timeout:.0f} s: {what} for {steady:.0f} s in a row")
-
-
 def wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
     deadline = time.monotonic() + timeout
     last: Exception | None = None
@@ -131,6 +115,28 @@ def wait(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5
     raise Failed(
         f"timed out after {timeout:.0f} s: {what}" + (f" (last error: {last})" if last else "")
     )
+
+
+def wait_steady(what: str, check: Callable[[], Any], steady: float, timeout: float) -> None:
+    """`wait` until `check()` has been true for `steady` seconds in a row (polled each
+    second; a failed check, like a false one, starts the count again)."""
+    since: list[float] = []  # when the current run of true checks began
+
+    def held() -> bool:
+        now = time.monotonic()
+        try:
+            ok = bool(check())
+        except Exception:  # `wait` records it and tries again
+            since.clear()
+            raise
+        if not ok:
+            since.clear()
+            return False
+        if not since:
+            since.append(now)
+        return now - since[0] >= steady
+
+    wait(f"{what} for {steady:.0f} s in a row", held, timeout, every=1)
 
 
 # --- simulated engines at the pod IPs -----------------------------------------------------
