@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from scaler.config import ConfigError
-from scaler.sim.engine import PoolTiming
+from scaler.sim.engine import PoolTiming, ScrapeFaults
 from scaler.sim.kube import PLACEMENTS
 from scaler.sim.policies import POLICY_NAMES
 from scaler.sim.report import write
@@ -119,6 +119,23 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         "class's running Jobs fill the scaler's slots takes nothing and exits (default: a "
         "bound research pod always runs)",
     )
+    p.add_argument(
+        "--unread-when-waiting",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a ready replica with at least N requests waiting does not answer /metrics in "
+        "time (ours and the queue baseline's Prometheus miss it; default: every replica "
+        "answers)",
+    )
+    p.add_argument(
+        "--unread-probability",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="with --unread-when-waiting: the chance, per scrape, that such a replica does "
+        "not answer (default 1)",
+    )
     p.add_argument("--no-slo", action="store_true", help="ours without an `slo:` objective")
     p.add_argument("--no-forecast", action="store_true", help="ours without pool.forecast")
     p.add_argument(
@@ -192,7 +209,14 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         )
     except ValueError as e:
         p.error(f"--research-grace / SIGTERM: {e}")
+    if a.unread_probability != 1.0 and a.unread_when_waiting is None:
+        p.error("--unread-probability needs --unread-when-waiting")
+    try:
+        faults = ScrapeFaults(a.unread_when_waiting, a.unread_probability)
+    except ValueError as e:
+        p.error(f"--unread-when-waiting / --unread-probability: {e}")
     scn = Scenario(
+        scrape_faults=faults,
         timing=timing,
         ours_thresholds=th,
         ours_hpa_tolerance=a.ours_hpa_tolerance,

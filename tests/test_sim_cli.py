@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.simulate import main, parse_args
+from scaler.sim.engine import ScrapeFaults
 from scaler.sim.report import _on_sigterm
 
 
@@ -61,6 +62,9 @@ def test_every_option_is_applied() -> None:
     assert (scn.ours_hpa_tolerance, scn.ours_scale_down_s) == (0.1, 900.0)
     assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
     assert scn.placement == "spread"
+    assert scn.scrape_faults == ScrapeFaults()  # every replica answers unless asked
+    faults = parse_args(["--unread-when-waiting", "12", "--unread-probability", "0.25"])[0]
+    assert faults.scrape_faults == ScrapeFaults(waiting_at_least=12, probability=0.25)
 
 
 def test_exit_on_sigterm_frees_the_gpus_and_keeps_the_loss() -> None:
@@ -91,6 +95,10 @@ def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
         ["--checkpoint-on-sigterm", "60", "--exit-on-sigterm", "5"],
         ["--exit-on-sigterm", "700"],
         ["--placement", "random"],
+        ["--unread-probability", "0.5"],
+        ["--unread-when-waiting", "0"],
+        ["--unread-when-waiting", "5", "--unread-probability", "0"],
+        ["--unread-when-waiting", "5", "--unread-probability", "1.5"],
     ],
     ids=[
         "days",
@@ -100,6 +108,10 @@ def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
         "checkpoint-and-exit",
         "exit-after-grace",
         "placement",
+        "unread-probability-alone",
+        "unread-at-zero-waiting",
+        "unread-probability-zero",
+        "unread-probability-above-one",
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:

@@ -7,15 +7,18 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from scaler.core.load import EngineSample
 from scaler.core.policy import PolicyState
 from scaler.sim.engine import (
     REPLICAS_LOADING,
     REPLICAS_READY,
     REPLICAS_WAITING_FOR_GPUS,
     PolicyResult,
+    ScrapeFaults,
     simulate_policy,
 )
-from scaler.sim.policies import Oracle, Ours
+from scaler.sim.kube import Hpa
+from scaler.sim.policies import Oracle, Ours, PoolView, QueueThreshold
 from scaler.sim.scenario import (
     Calibration,
     Scenario,
@@ -188,3 +191,92 @@ def test_measure_from_scores_only_the_later_part() -> None:
     assert later.ledger.t0 == 1800.0
     # Static: the inference GPUs are held all along, so the GPU-seconds scale with the span.
     assert later.inference_gpu_s == pytest.approx(whole.inference_gpu_s * 2700 / 4500)
+
+
+def _view(samples: dict[int, EngineSample], unread: frozenset[int], now: float) -> PoolView:
+    ready = len(samples) + len(unread)
+    return PoolView(now, samples, {}, 0, ready, ready, {}, unread)
+
+
+def _sample(waiting: float) -> EngineSample:
+    return EngineSample(waiting=waiting, running=8.0, kv_usage_mean=0.5, kv_usage_max=0.5)
+
+
+def test_ours_reads_an_unanswered_scrape_as_the_server_does() -> None:
+    """A replica that does not answer /metrics in time reaches ours as a timed-out scrape:
+    the server's rule then applies (the replicas read may raise the target, never lower
+    it; nothing fresh, no research), and with no replica read KEDA gets UNAVAILABLE, as
+    from the gRPC servicer (`ServiceDecision.keda_value`)."""
+    ours = Ours("ours", pool_config(SCN, CAL), SCN.pool_gpus)
+    hpa = Hpa(1, SCN.max_replicas, ours.behavior)
+    ours.control(_view({0: _sample(0.0), 1: _sample(0.0)}, frozenset(), 0.0))
+    assert ours.decision is not None and ours.decision.services["chat"].fresh
+    held = ours.desired
+    assert held is not None
+
+    # One replica answers with a deep queue; the other has not answered for longer than
+    # scrape.staleAfterSeconds (30 s): until then its last reading stands.
+    for now in (5.0, 20.0):
+        ours.control(_view({0: _sample(0.0)}, frozenset({1}), now))
+        assert ours.decision.services["chat"].fresh
+    ours.control(_view({0: _sample(40.0)}, frozenset({1}), 40.0))
+    sd = ours.decision.services["chat"]
+    assert not sd.fresh and sd.ready == 1
+    assert sd.desired is not None and sd.desired > held
+    assert "unread: replica-1: read timeout after 2 s" in sd.reason
+    assert all(r.slots == 0 for r in ours.decision.research.values())
+    assert ours.hpa_recommendation(_view({0: _sample(40.0)}, frozenset({1}), 40.0), hpa) == (
+        sd.desired
+    )
+
+    # Neither answers: the servicer's UNAVAILABLE, so the HPA keeps what it has.
+    ours.control(_view({}, frozenset({0, 1}), 45.0))
+    nothing = _view({}, frozenset({0, 1}), 75.0)
+    ours.control(nothing)
+    assert ours.decision.services["chat"].ready == 0
+    assert ours.hpa_recommendation(nothing, hpa) is None
+
+
+def test_prometheus_sums_only_the_pods_that_answered() -> None:
+    """The queue baseline's Prometheus marks a failed scrape's series stale at once, so
+    `sum(vllm:num_requests_waiting)` covers the pods that answered: under load it reads
+    less than is waiting."""
+    cfg = pool_config(SCN, CAL)
+    q = QueueThreshold("queue-threshold", cfg, SCN.pool_gpus)
+    q.control(_view({0: _sample(4.0)}, frozenset({1, 2}), 0.0))
+    assert q._prom_value == 4.0
+    assert q.hpa_recommendation(_view({}, frozenset(), 0.0), Hpa(1, 8, q.behavior)) == 1
+
+
+@pytest.mark.parametrize(
+    ("faults", "unread"),
+    [
+        pytest.param(ScrapeFaults(), False, id="every-replica-answers"),
+        pytest.param(ScrapeFaults(waiting_at_least=2, probability=0.5), True, id="loaded-half"),
+    ],
+)
+def test_replicas_too_busy_to_answer_are_unread_and_ours_still_takes_gpus_back(
+    faults: ScrapeFaults, unread: bool
+) -> None:
+    """On the ramp the replicas' queues pass the fault's threshold and some scrapes go
+    unanswered; ours still raises on the ramp from the replicas it reads."""
+    w = make_workload(
+        STEP, start_s=3600.0, duration_s=4500.0, peak_rps=4.0, rng=np.random.default_rng(1),
+        lead_in_s=600.0,
+    )  # fmt: skip
+    cfg = pool_config(SCN, CAL)
+    pols, _ = make_policies(SCN, cfg, CAL, w, -600.0, 4500.0)
+    res = simulate_policy(
+        pols["ours"], w, spec=SCN.spec, pool_gpus=SCN.pool_gpus,
+        gpus_per_node=SCN.gpus_per_node, classes=list(SCN.classes), t_start=-600.0,
+        t_end=4500.0, initial_replicas=1, seed=1, scrape_faults=faults,
+    )  # fmt: skip
+    assert res.scrapes > 900  # ≥ 1 ready replica × 900 scrapes over the measured 4500 s
+    if unread:
+        assert 0 < res.unread_scrapes < res.scrapes
+    else:
+        assert res.unread_scrapes == 0
+    t = np.asarray(res.series.t)
+    replicas = np.asarray(res.series.replicas)
+    assert replicas[t > 3600].min() > replicas[(t > 600) & (t < 1800)].max()
+    assert float(np.mean(res.ttft <= 2.0)) > 0.85

@@ -84,6 +84,15 @@ class ServiceDecision:
         reserve's need and the research withholding all count this."""
         return self.current if self.desired is None else max(self.desired, self.current)
 
+    @property
+    def keda_value(self) -> int | None:
+        """What KEDA is told: the target, or None for UNAVAILABLE when there is no target
+        or no replica was read at all (then KEDA's fallback decides, not an echo of a held
+        value; with some replicas read the target may still rise, policy.decide)."""
+        if self.desired is None or (not self.fresh and self.ready == 0):
+            return None
+        return self.desired
+
 
 @dataclass(frozen=True, slots=True)
 class ResearchDecision:

@@ -152,17 +152,13 @@ def value_of(target: Target, decision: Decision, stale: str | None = None) -> in
         r = decision.research.get(target.name)
         return r.slots if r is not None else 0
     s = decision.services.get(target.name)
-    if s is None or s.desired is None:
+    value = None if s is None else s.keda_value
+    if value is None:
         why = "no decision yet (first scrape cycle not complete)" if s is None else s.reason
         raise RequestError(
             grpc.StatusCode.UNAVAILABLE, f"no fresh data for service {target.name!r}: {why}"
         )
-    if not s.fresh and s.ready == 0:
-        # Nothing fresh at all: let KEDA's fallback decide rather than echo a held value.
-        raise RequestError(
-            grpc.StatusCode.UNAVAILABLE, f"no fresh data for service {target.name!r}: {s.reason}"
-        )
-    return s.desired
+    return value
 
 
 def _safe_metadata(md: Mapping[str, str]) -> dict[str, str]:

@@ -68,6 +68,26 @@ class PoolTiming:
         )
 
 
+@dataclass(frozen=True)
+class ScrapeFaults:
+    """Replicas too busy to answer /metrics in time. The real vLLM's API server, loaded
+    with a 200-request queue on 2 CPU cores, answered no scrape within 3 s
+    (tests/test_real_vllm.py); a GPU server's API process shares its event loop with
+    tokenising and streaming too, but how late it answers under load was not measured
+    here, so this is off unless a run asks for it. Each scrape, a ready replica with at
+    least `waiting_at_least` requests waiting does not answer with `probability`: every
+    policy that reads /metrics (ours, and Prometheus for the queue baseline) misses it."""
+
+    waiting_at_least: int | None = None  # None: every replica answers
+    probability: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.waiting_at_least is not None and self.waiting_at_least < 1:
+            raise ValueError(f"unread at {self.waiting_at_least} waiting: must be at least 1")
+        if not 0 < self.probability <= 1:
+            raise ValueError(f"unread probability {self.probability}: must be in (0, 1]")
+
+
 @dataclass
 class Series:
     t: list[float] = field(default_factory=list)
@@ -106,6 +126,9 @@ class PolicyResult:
     # Per measured request, the Deployment's state when it arrived (a REPLICAS_* code):
     # which part of scaling a miss waited on. None: not recorded (a hand-built result).
     replicas_at_arrival: npt.NDArray[np.int8] | None = None
+    # Measured replica scrapes, and those the replica did not answer (ScrapeFaults).
+    scrapes: int = 0
+    unread_scrapes: int = 0
 
 
 # What the asked-for replicas were doing when a request arrived, worst first: one waited for
@@ -130,6 +153,7 @@ def simulate_policy(
     progress: Callable[[float], None] | None = None,
     measure_from: float = 0.0,
     placement: str = "pack",
+    scrape_faults: ScrapeFaults | None = None,
 ) -> PolicyResult:
     """Run `policy` from `t_start` (warm-up, not measured) to `t_end`; measure
     [measure_from, t_end) (multi-day runs: from the second day, once ours has history)."""
@@ -159,10 +183,29 @@ def simulate_policy(
     busy_prev = np.zeros(pods.max_rows)
     last_arrival_idx = workload.arrivals(t_start, t_start)[0]
     at_arrival = np.zeros(workload.arrival.size, dtype=np.int8)
+    faults = scrape_faults or ScrapeFaults()
+    # Its own stream: a run without faults draws nothing, so it is the run it was before.
+    fault_rng = np.random.default_rng((seed, 0x5C4A))
+    scrapes = unread_scrapes = 0
 
     def view(now: float) -> PoolView:
+        nonlocal scrapes, unread_scrapes
         ready = [r for r in pods.replicas if r.state is RepState.READY]
         samples = {r.row: pool.sample(r.row) for r in ready}
+        unread: set[int] = set()
+        if faults.waiting_at_least is not None:
+            unread = {
+                row
+                for row, s in samples.items()
+                if s.waiting is not None
+                and s.waiting >= faults.waiting_at_least
+                and fault_rng.random() < faults.probability
+            }
+            for row in unread:
+                del samples[row]
+        if now >= measure_from:
+            scrapes += len(ready)
+            unread_scrapes += len(unread)
         busy = {}
         for r in ready:
             b = pool.busy_s[r.row]
@@ -173,7 +216,14 @@ def simulate_policy(
             str(id(p)): p.deleted_at for p in pods.cluster.terminating if p.kind == "research"
         }
         return PoolView(
-            now, samples, busy, starting, spec_replicas, len(ready) + starting, deleting
+            now,
+            samples,
+            busy,
+            starting,
+            spec_replicas,
+            len(ready) + starting,
+            deleting,
+            frozenset(unread),
         )
 
     for r in pods.start_ready(initial_replicas, t_start):  # warm start: already serving
@@ -292,4 +342,6 @@ def simulate_policy(
         idle_gpu_s=idle_gpu_s,
         idle_research_pending_gpu_s=idle_pending_gpu_s,
         replicas_at_arrival=at_arrival[m],
+        scrapes=scrapes,
+        unread_scrapes=unread_scrapes,
     )

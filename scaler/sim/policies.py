@@ -44,7 +44,7 @@ class PoolView:
     """What a policy may observe at one instant (as scraped / as Kubernetes reports)."""
 
     now: float
-    samples: Mapping[int, EngineSample]  # ready replica row -> its /metrics now
+    samples: Mapping[int, EngineSample]  # ready replica row -> its /metrics now (if it answered)
     busy: Mapping[int, float]  # ready replica row -> GPU busy fraction since last view
     starting: int  # inference pods pending or loading the model
     spec_replicas: int  # Deployment spec.replicas
@@ -52,6 +52,13 @@ class PoolView:
     # Research pods being deleted (pod id -> time the deletion was asked), as the scaler's
     # pod watch sees them (deletionTimestamp − grace): its measured give-back.
     research_deleting: Mapping[str, float] = field(default_factory=dict)
+    # Ready replica rows whose /metrics did not answer in time this scrape (not in
+    # `samples`; engine.ScrapeFaults).
+    unread: frozenset[int] = frozenset()
+
+    @property
+    def ready(self) -> int:
+        return len(self.samples) + len(self.unread)
 
 
 @dataclass
@@ -96,7 +103,7 @@ class Policy:
             namespace=svc.namespace,
             desired=desired,
             current=view.current,
-            ready=len(view.samples),
+            ready=view.ready,
             starting=view.starting,
             reason=self.name,
             fresh=True,
@@ -125,12 +132,26 @@ class Ours(Policy):
     def control(self, view: PoolView) -> None:
         svc = self.cfg.inference[0]
         # What the server's discovery and scraper would hand over: every ready replica
-        # scraped now, starting pods discovered but not serving yet.
-        endpoints = [Endpoint(f"replica-{row}", TargetPhase.SERVING) for row in view.samples]
+        # scraped now (one that did not answer as a timed-out scrape), starting pods
+        # discovered but not serving yet.
+        serving = [*view.samples, *view.unread]
+        endpoints = [Endpoint(f"replica-{row}", TargetPhase.SERVING) for row in serving]
         endpoints += [Endpoint(f"starting-{i}", TargetPhase.STARTING) for i in range(view.starting)]
+        timeout = self.cfg.scrape.timeoutSeconds
         results = {
             f"replica-{row}": ScrapeResult(ScrapeJob(f"replica-{row}"), s, None, view.now, 0.0)
             for row, s in view.samples.items()
+        }
+        results |= {
+            f"replica-{row}": ScrapeResult(
+                ScrapeJob(f"replica-{row}"),
+                None,
+                f"read timeout after {timeout:g} s",
+                view.now,
+                timeout,
+                "timeout",
+            )
+            for row in view.unread
         }
         targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
         wall = self.calendar_offset + view.now
@@ -153,9 +174,11 @@ class Ours(Policy):
         return "" if gb is None else gb.note
 
     def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
-        if self.desired is None:
+        sd = None if self.decision is None else self.decision.services[self.svc_name]
+        value = None if sd is None else sd.keda_value
+        if value is None:
             return None  # gRPC UNAVAILABLE: KEDA keeps the current count (fallback)
-        return hpa.recommend_average_value(float(self.desired), 1.0, view.spec_replicas)
+        return hpa.recommend_average_value(float(value), 1.0, view.spec_replicas)
 
 
 @dataclass
@@ -178,6 +201,8 @@ class QueueThreshold(Policy):
 
     def control(self, view: PoolView) -> None:
         if view.now - self._prom_at >= self.prom_interval_s:  # Prometheus scrape
+            # A pod whose scrape failed has its series marked stale at once: the sum is
+            # over the pods that answered.
             self._prom_value = sum(s.waiting for s in view.samples.values())
             self._prom_at = view.now
         self.lend(view, view.spec_replicas)
@@ -197,7 +222,7 @@ class GpuUtilHpa(Policy):
         self.lend(view, view.spec_replicas)
 
     def hpa_recommendation(self, view: PoolView, hpa: Hpa) -> int | None:
-        ready = [row for row in view.samples if row in self._acc]
+        ready = [row for row in view.busy if row in self._acc]  # DCGM: not /metrics
         if not ready:
             return None
         avg = float(np.mean([np.mean(self._acc[r]) for r in ready]))

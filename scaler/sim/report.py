@@ -185,6 +185,8 @@ def policy_metrics(
         "give_back_planned": r.give_back,
         "replica_changes": int(r.replica_changes),
         "target_set_by": decided_shares(r),
+        # Measured replica scrapes the replica did not answer in time (ScrapeFaults).
+        "unread_scrape_share": r.unread_scrapes / r.scrapes if r.scrapes else 0.0,
     }
 
 
@@ -301,6 +303,21 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
                 f"{n} {c['waiting_for_gpus']:.2%} / {c['loading']:.2%} / {c['all_ready']:.2%}"
                 for n, c in causes.items()
                 if c
+            )
+            + ".",
+        ]
+    faults = s.get("scrape_faults") or {}
+    if faults.get("waiting_at_least") is not None:
+        lines += [
+            "",
+            f"Replicas with at least {faults['waiting_at_least']} requests waiting did not "
+            f"answer /metrics in time with probability {faults['probability']:g} per scrape "
+            "(ours and the queue baseline's Prometheus miss them); share of replica scrapes "
+            "unread: "
+            + ", ".join(
+                f"{n} {m['unread_scrape_share']:.2%}"
+                for n, m in data["policies"].items()
+                if n == "ours" or n == "queue-threshold"
             )
             + ".",
         ]

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from scaler.config import Config, parse_config
-from scaler.sim.engine import PolicyResult, PoolTiming, simulate_policy
+from scaler.sim.engine import PolicyResult, PoolTiming, ScrapeFaults, simulate_policy
 from scaler.sim.kube import HpaBehavior, ResearchClassSpec, research_priorities
 from scaler.sim.policies import (
     POLICY_NAMES,
@@ -103,6 +103,7 @@ class Scenario:
     oracle_headrooms: tuple[float, ...] = (1.0, 1.15, 1.3, 1.5)
     classes: tuple[ResearchClassSpec, ...] = DEFAULT_CLASSES
     timing: PoolTiming = field(default_factory=PoolTiming)
+    scrape_faults: ScrapeFaults = field(default_factory=ScrapeFaults)
 
     @property
     def spec(self) -> ReplicaSpec:
@@ -398,6 +399,7 @@ def _simulate_task(task: _Task) -> PolicyResult:
         progress=(lambda f: report(name, f)) if report is not None else None,
         measure_from=scn.score_from_s,
         placement=scn.placement,
+        scrape_faults=scn.scrape_faults,
     )
     r.wall_s = time.monotonic() - t
     return r
