@@ -136,6 +136,21 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         help="with --unread-when-waiting: the chance, per scrape, that such a replica does "
         "not answer (default 1)",
     )
+    p.add_argument(
+        "--unread-answers-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --unread-when-waiting: such a replica answers this long after the "
+        "request (default: never)",
+    )
+    p.add_argument(
+        "--ours-late-answer",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="ours' scrape.lateAnswerSeconds (default 0: a request is dropped at the 2-s timeout)",
+    )
     p.add_argument("--no-slo", action="store_true", help="ours without an `slo:` objective")
     p.add_argument("--no-forecast", action="store_true", help="ours without pool.forecast")
     p.add_argument(
@@ -209,12 +224,14 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         )
     except ValueError as e:
         p.error(f"--research-grace / SIGTERM: {e}")
-    if a.unread_probability != 1.0 and a.unread_when_waiting is None:
-        p.error("--unread-probability needs --unread-when-waiting")
+    if a.unread_when_waiting is None and (
+        a.unread_probability != 1.0 or a.unread_answers_after is not None
+    ):
+        p.error("--unread-probability and --unread-answers-after need --unread-when-waiting")
     try:
-        faults = ScrapeFaults(a.unread_when_waiting, a.unread_probability)
+        faults = ScrapeFaults(a.unread_when_waiting, a.unread_probability, a.unread_answers_after)
     except ValueError as e:
-        p.error(f"--unread-when-waiting / --unread-probability: {e}")
+        p.error(f"--unread-when-waiting / --unread-probability / --unread-answers-after: {e}")
     scn = Scenario(
         scrape_faults=faults,
         timing=timing,
@@ -222,6 +239,7 @@ def parse_args(argv: list[str] | None) -> tuple[Scenario, argparse.Namespace]:
         ours_hpa_tolerance=a.ours_hpa_tolerance,
         adaptive_reserve_max_gpus=a.adaptive_reserve,
         ours_scale_down_s=a.ours_scale_down,
+        ours_late_answer_s=a.ours_late_answer,
         trace=a.trace,
         days=a.days,
         start_day=a.start_day,

@@ -179,8 +179,8 @@ class Scaler:
         if self.options.scrape_in_worker:
             worker = ProcessScraper(cfg)
             return worker, worker.aclose
-        client = make_client(cfg)
-        return Scraper.from_config(client, cfg), client.aclose
+        scraper = Scraper.from_config(make_client(cfg), cfg)
+        return scraper, scraper.aclose
 
     def _discovery_for(self, svc: InferenceService) -> Discovery:
         if svc.targets.static is not None:

@@ -310,6 +310,9 @@ class ScrapeConfig(_Model):
     intervalSeconds: Annotated[float, Field(gt=0, le=3600)] = 5.0  # control-loop period
     timeoutSeconds: Annotated[float, Field(gt=0)] = 2.0  # per-target deadline (connect+read)
     staleAfterSeconds: Annotated[float, Field(gt=0)] = 30.0  # older data = missing data
+    # A request unanswered at timeoutSeconds stays open this much longer and its answer
+    # counts in the next cycle (engines that answer /metrics late under load); 0 = dropped.
+    lateAnswerSeconds: Annotated[float, Field(ge=0)] = 0.0
     maxConcurrency: Annotated[int, Field(ge=1)] = 64  # targets scraped at once
     maxBodyBytes: Annotated[int, Field(ge=1024)] = 8 * 1024 * 1024  # larger response = failed
     bearerTokenFile: str | None = None  # sent as Authorization: Bearer (re-read per cycle)
@@ -328,6 +331,12 @@ class ScrapeConfig(_Model):
             raise ValueError(
                 "staleAfterSeconds must be at least intervalSeconds "
                 f"({self.staleAfterSeconds} < {self.intervalSeconds}): every sample would be stale"
+            )
+        if self.timeoutSeconds + self.lateAnswerSeconds > self.staleAfterSeconds:
+            raise ValueError(
+                "timeoutSeconds + lateAnswerSeconds must not exceed staleAfterSeconds "
+                f"({self.timeoutSeconds} + {self.lateAnswerSeconds} > {self.staleAfterSeconds}): "
+                "an answer that late would be stale data already"
             )
         return self
 

@@ -124,6 +124,18 @@ BAD = [
         {"intervalSeconds": 10, "staleAfterSeconds": 5},
         "staleAfterSeconds must be at least intervalSeconds",
     ),
+    (
+        "late-answer-past-stale",
+        "scrape",
+        {"timeoutSeconds": 2, "lateAnswerSeconds": 29, "staleAfterSeconds": 30},
+        "timeoutSeconds + lateAnswerSeconds must not exceed staleAfterSeconds (2.0 + 29.0 > 30.0)",
+    ),
+    (
+        "late-answer-negative",
+        "scrape",
+        {"lateAnswerSeconds": -1},
+        "scrape.lateAnswerSeconds",
+    ),
     ("port-out-of-range", "server", {"grpcPort": 70000}, "server.grpcPort"),
     (
         "listen-address-hostname",

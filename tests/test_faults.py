@@ -60,6 +60,7 @@ class FaultyTarget:
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self.port = 0
+        self.requests = 0
 
     async def start(self) -> FaultyTarget:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
@@ -84,6 +85,7 @@ class FaultyTarget:
         try:
             while True:
                 await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
                 if not await self._respond(writer):
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -105,6 +107,9 @@ class FaultyTarget:
             w.write(head(length=len(body)) + body)
         elif mode == "hang":
             await asyncio.sleep(3600)
+        elif mode == "late":  # an engine too busy to answer /metrics on time, answering
+            await asyncio.sleep(0.6)
+            w.write(head(length=len(body)) + body)
         elif mode == "http-500":
             w.write(head("500 Internal Server Error", 15) + b"engine is dead\n")
         elif mode == "http-503-html":
@@ -235,9 +240,11 @@ class Rig:
 async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
     made: list[Rig] = []
 
-    def make(addresses: list[str], **svc: Any) -> Rig:
+    def make(addresses: list[str], scrape: dict[str, Any] | None = None, **svc: Any) -> Rig:
         path = tmp_path / "pool.yaml"
-        path.write_text(yaml.safe_dump(config_dict(addresses, **svc)))
+        doc = config_dict(addresses, **svc)
+        doc["scrape"] |= scrape or {}
+        path.write_text(yaml.safe_dump(doc))
         cfg: Config = load_config(path)
         clock, wall = Clock(1000.0), Clock(1_800_000_000.0)
         snapshots = Snapshots()
@@ -249,6 +256,7 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
             timeout_s=cfg.scrape.timeoutSeconds,
             max_body_bytes=cfg.scrape.maxBodyBytes,
             clock=clock,
+            late_answer_s=cfg.scrape.lateAnswerSeconds,
         )
         static = StaticDiscovery()
         loop = ControlLoop(
@@ -375,6 +383,43 @@ async def test_one_target_faulty_holds_and_research_fails_closed(
     assert d.services["chat"].fresh
     assert d.services["chat"].desired == 1
     assert rig.keda(researchClass="eval") == 64 - 4 - 4 * 2  # the 2 replicas that exist
+
+
+@pytest.mark.parametrize(
+    ("late_answer_s", "read"),
+    [
+        pytest.param(1.0, True, id="kept-open-read-next-cycle"),
+        pytest.param(0.0, False, id="off-dropped-at-the-timeout"),
+    ],
+)
+async def test_an_engine_answering_late_under_load_is_read_with_late_answers(
+    targets: Callable[[str], Any], rig_for: Callable[..., Rig], late_answer_s: float, read: bool
+) -> None:
+    """An engine whose /metrics answers after `timeoutSeconds` (0.3 s; here 0.6 s), as a
+    busy API server does: with `scrape.lateAnswerSeconds` its answer counts in the next
+    cycle, so its deep queue raises the target with every replica read (fresh, research
+    lent); without, every scrape is dropped and the service goes stale."""
+    good, busy = await targets(BUSY), await targets(BUSY)
+    rig = rig_for([good.address, busy.address], scrape={"lateAnswerSeconds": late_answer_s})
+    desired = await healthy_start(rig)
+
+    busy.mode = "late"
+    busy.body = vllm_exposition(200, 8, 0.9, prompt=1000, generation=5000).encode()
+    before = busy.requests
+    for _ in range(3):
+        await rig.cycle()  # the cycle ends on time: this cycle's request is not waited for
+        await asyncio.sleep(0.8)  # the late answer comes between cycles
+    d = await rig.cycle(10)  # past staleAfterSeconds (12 s) of the last good sample, if none
+    chat = d.services["chat"]
+    if read:
+        assert chat.fresh and chat.ready == 2, chat.reason
+        assert chat.desired is not None and chat.desired > desired, chat.reason
+        assert d.pool is not None and not d.pool.fail_closed  # research is lent
+        assert busy.requests - before == 2  # one request open at a time, not one per cycle
+    else:
+        assert (chat.fresh, chat.ready) == (False, 1), chat.reason
+        assert rig.keda(researchClass="eval") == 0
+        assert busy.requests - before == 4
 
 
 async def test_target_restart_resets_counters_without_a_negative_rate(

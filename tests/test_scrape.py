@@ -338,3 +338,80 @@ async def test_unexpected_reader_error_fails_only_that_target(
     async with _mock(lambda request: httpx.Response(200, content=REAL)) as client:
         (res,) = await Scraper(client, timeout_s=1).scrape_all([ScrapeJob("t:1")])
     assert res.outcome == "malformed" and res.error is not None and "KeyError" in res.error
+
+
+async def test_a_late_answer_counts_in_the_next_cycle_and_no_second_request_goes_out(
+    exposition_server: Callable[..., ExpositionServer],
+) -> None:
+    """scrape.lateAnswerSeconds: an engine answering /metrics after the cycle's deadline is
+    read in the next cycle, stamped when its answer came, and is not asked twice."""
+    server = exposition_server(_sleeping(1.2))
+    seen: list[ScrapeResult] = []
+    cfg = _cfg(lateAnswerSeconds=3, timeoutSeconds=0.3)
+    scraper = Scraper.from_config(make_client(cfg), cfg, observe=seen.append)
+    job = ScrapeJob(server.address)
+    try:
+        t0 = time.monotonic()
+        (first,) = await scraper.scrape_all([job])
+        assert time.monotonic() - t0 < 0.6  # the cycle does not wait for it
+        assert first.outcome == "timeout" and first.sample is None
+        assert first.error is not None and "kept open up to 3s more" in first.error
+
+        await asyncio.sleep(1.4)  # the answer comes ~1.2 s after the request went out
+        t1 = time.monotonic()
+        (second,) = await scraper.scrape_all([job])
+        assert second.outcome == "ok" and second.sample is not None
+        assert second.sample.generation_tokens_total == 8000.0
+        assert t0 + 1.1 < second.at < t1  # when it came, not when this cycle read it
+        assert second.duration_s >= 1.1
+        assert server.requests == 1
+
+        (third,) = await scraper.scrape_all([job])  # answered: the next cycle asks anew
+        assert third.outcome == "timeout" and server.requests == 2
+        assert [r.outcome for r in seen] == ["timeout", "ok", "timeout"]
+    finally:
+        await scraper.aclose()
+    assert scraper._late == {}
+
+
+@pytest.mark.parametrize(
+    ("late", "requests", "outcome"),
+    [
+        pytest.param(0, 2, "timeout", id="off-each-cycle-asks-again"),
+        pytest.param(0.3, 2, "timeout", id="answer-later-than-kept-open"),
+    ],
+)
+async def test_an_answer_later_than_allowed_is_not_read(
+    exposition_server: Callable[..., ExpositionServer], late: float, requests: int, outcome: str
+) -> None:
+    server = exposition_server(_sleeping(1.2))
+    cfg = _cfg(lateAnswerSeconds=late, timeoutSeconds=0.3)
+    scraper = Scraper.from_config(make_client(cfg), cfg)
+    job = ScrapeJob(server.address)
+    try:
+        (first,) = await scraper.scrape_all([job])
+        await asyncio.sleep(1.4)
+        (second,) = await scraper.scrape_all([job])
+        await asyncio.sleep(0.1)  # the second request reaches the server
+    finally:
+        await scraper.aclose()
+    assert first.outcome == "timeout" and second.outcome == outcome and second.sample is None
+    assert server.requests == requests
+
+
+async def test_a_request_kept_open_for_a_target_gone_is_cancelled(
+    exposition_server: Callable[..., ExpositionServer],
+) -> None:
+    slow, fast = exposition_server(_sleeping(2.0)), exposition_server(lambda: (200, REAL))
+    cfg = _cfg(lateAnswerSeconds=3, timeoutSeconds=0.3)
+    scraper = Scraper.from_config(make_client(cfg), cfg)
+    try:
+        (res,) = await scraper.scrape_all([ScrapeJob(slow.address)])
+        assert res.outcome == "timeout" and set(scraper._late) == {ScrapeJob(slow.address)}
+        kept = scraper._late[ScrapeJob(slow.address)]
+        (res,) = await scraper.scrape_all([ScrapeJob(fast.address)])  # slow's pod is gone
+        assert res.outcome == "ok" and scraper._late == {}
+        await asyncio.sleep(0)
+        assert kept.cancelled() or kept.done()
+    finally:
+        await scraper.aclose()

@@ -12,6 +12,7 @@ import pytest
 from bench.simulate import main, parse_args
 from scaler.sim.engine import ScrapeFaults
 from scaler.sim.report import _on_sigterm
+from scaler.sim.scenario import Calibration, pool_config
 
 
 def test_defaults_are_the_documented_default_scenario() -> None:
@@ -63,8 +64,16 @@ def test_every_option_is_applied() -> None:
     assert scn.adaptive_reserve_max_gpus == 16 and a.jobs == 2
     assert scn.placement == "spread"
     assert scn.scrape_faults == ScrapeFaults()  # every replica answers unless asked
-    faults = parse_args(["--unread-when-waiting", "12", "--unread-probability", "0.25"])[0]
-    assert faults.scrape_faults == ScrapeFaults(waiting_at_least=12, probability=0.25)
+    assert scn.ours_late_answer_s == 0.0
+    faults = parse_args(
+        shlex.split(
+            "--unread-when-waiting 12 --unread-probability 0.25 --unread-answers-after 4 "
+            "--ours-late-answer 10"
+        )
+    )[0]
+    assert faults.scrape_faults == ScrapeFaults(12, probability=0.25, answer_after_s=4.0)
+    assert faults.ours_late_answer_s == 10.0
+    assert pool_config(faults, Calibration(1.0, 1, 0.99, 1.0, 0.0)).scrape.lateAnswerSeconds == 10
 
 
 def test_exit_on_sigterm_frees_the_gpus_and_keeps_the_loss() -> None:
@@ -99,6 +108,8 @@ def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
         ["--unread-when-waiting", "0"],
         ["--unread-when-waiting", "5", "--unread-probability", "0"],
         ["--unread-when-waiting", "5", "--unread-probability", "1.5"],
+        ["--unread-answers-after", "4"],
+        ["--unread-when-waiting", "5", "--unread-answers-after", "0"],
     ],
     ids=[
         "days",
@@ -112,6 +123,8 @@ def test_worker_slot_check_reaches_the_pods_lifecycle_and_the_report() -> None:
         "unread-at-zero-waiting",
         "unread-probability-zero",
         "unread-probability-above-one",
+        "answers-after-alone",
+        "answers-after-zero",
     ],
 )
 def test_bad_arguments_are_usage_errors(argv: list[str]) -> None:

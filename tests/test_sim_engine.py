@@ -18,7 +18,7 @@ from scaler.sim.engine import (
     simulate_policy,
 )
 from scaler.sim.kube import Hpa
-from scaler.sim.policies import Oracle, Ours, PoolView, QueueThreshold
+from scaler.sim.policies import LateAnswer, Oracle, Ours, PoolView, QueueThreshold
 from scaler.sim.scenario import (
     Calibration,
     Scenario,
@@ -193,9 +193,13 @@ def test_measure_from_scores_only_the_later_part() -> None:
     assert later.inference_gpu_s == pytest.approx(whole.inference_gpu_s * 2700 / 4500)
 
 
-def _view(samples: dict[int, EngineSample], unread: frozenset[int], now: float) -> PoolView:
-    ready = len(samples) + len(unread)
-    return PoolView(now, samples, {}, 0, ready, ready, {}, unread)
+def _view(
+    samples: dict[int, EngineSample], unread: set[int], now: float, after: float | None = None
+) -> PoolView:
+    """Replicas in `unread` show 50 waiting, answered `after` s late (None: never)."""
+    late = {row: LateAnswer(_sample(50.0), after) for row in unread}
+    ready = len(samples) + len(late)
+    return PoolView(now, samples, {}, 0, ready, ready, {}, late)
 
 
 def _sample(waiting: float) -> EngineSample:
@@ -209,7 +213,7 @@ def test_ours_reads_an_unanswered_scrape_as_the_server_does() -> None:
     from the gRPC servicer (`ServiceDecision.keda_value`)."""
     ours = Ours("ours", pool_config(SCN, CAL), SCN.pool_gpus)
     hpa = Hpa(1, SCN.max_replicas, ours.behavior)
-    ours.control(_view({0: _sample(0.0), 1: _sample(0.0)}, frozenset(), 0.0))
+    ours.control(_view({0: _sample(0.0), 1: _sample(0.0)}, set(), 0.0))
     assert ours.decision is not None and ours.decision.services["chat"].fresh
     held = ours.desired
     assert held is not None
@@ -217,21 +221,19 @@ def test_ours_reads_an_unanswered_scrape_as_the_server_does() -> None:
     # One replica answers with a deep queue; the other has not answered for longer than
     # scrape.staleAfterSeconds (30 s): until then its last reading stands.
     for now in (5.0, 20.0):
-        ours.control(_view({0: _sample(0.0)}, frozenset({1}), now))
+        ours.control(_view({0: _sample(0.0)}, {1}, now))
         assert ours.decision.services["chat"].fresh
-    ours.control(_view({0: _sample(40.0)}, frozenset({1}), 40.0))
+    ours.control(_view({0: _sample(40.0)}, {1}, 40.0))
     sd = ours.decision.services["chat"]
     assert not sd.fresh and sd.ready == 1
     assert sd.desired is not None and sd.desired > held
     assert "unread: replica-1: read timeout after 2 s" in sd.reason
     assert all(r.slots == 0 for r in ours.decision.research.values())
-    assert ours.hpa_recommendation(_view({0: _sample(40.0)}, frozenset({1}), 40.0), hpa) == (
-        sd.desired
-    )
+    assert ours.hpa_recommendation(_view({0: _sample(40.0)}, {1}, 40.0), hpa) == (sd.desired)
 
     # Neither answers: the servicer's UNAVAILABLE, so the HPA keeps what it has.
-    ours.control(_view({}, frozenset({0, 1}), 45.0))
-    nothing = _view({}, frozenset({0, 1}), 75.0)
+    ours.control(_view({}, {0, 1}, 45.0))
+    nothing = _view({}, {0, 1}, 75.0)
     ours.control(nothing)
     assert ours.decision.services["chat"].ready == 0
     assert ours.hpa_recommendation(nothing, hpa) is None
@@ -243,9 +245,9 @@ def test_prometheus_sums_only_the_pods_that_answered() -> None:
     less than is waiting."""
     cfg = pool_config(SCN, CAL)
     q = QueueThreshold("queue-threshold", cfg, SCN.pool_gpus)
-    q.control(_view({0: _sample(4.0)}, frozenset({1, 2}), 0.0))
+    q.control(_view({0: _sample(4.0)}, {1, 2}, 0.0))
     assert q._prom_value == 4.0
-    assert q.hpa_recommendation(_view({}, frozenset(), 0.0), Hpa(1, 8, q.behavior)) == 1
+    assert q.hpa_recommendation(_view({}, set(), 0.0), Hpa(1, 8, q.behavior)) == 1
 
 
 @pytest.mark.parametrize(
@@ -280,3 +282,34 @@ def test_replicas_too_busy_to_answer_are_unread_and_ours_still_takes_gpus_back(
     replicas = np.asarray(res.series.replicas)
     assert replicas[t > 3600].min() > replicas[(t > 600) & (t < 1800)].max()
     assert float(np.mean(res.ttft <= 2.0)) > 0.85
+
+
+@pytest.mark.parametrize(
+    ("late_answer_s", "after_s", "read"),
+    [
+        pytest.param(10.0, 4.0, True, id="kept-open-read-next-cycle"),
+        pytest.param(0.0, 4.0, False, id="off-dropped-at-the-timeout"),
+        pytest.param(1.0, 4.0, False, id="answer-later-than-kept-open"),
+        pytest.param(10.0, None, False, id="never-answers"),
+    ],
+)
+def test_ours_reads_a_late_answer_as_the_scraper_does(
+    late_answer_s: float, after_s: float | None, read: bool
+) -> None:
+    """A busy replica answering 4 s after the request (past the 2-s timeout): with
+    `scrape.lateAnswerSeconds` ≥ 2 s the request stays open and the answer counts in the
+    next cycle, stamped when it came, so the replica stays read and its queue counts;
+    otherwise it goes stale after `staleAfterSeconds` (30 s)."""
+    ours = Ours("ours", pool_config(replace(SCN, ours_late_answer_s=late_answer_s), CAL), 32)
+    assert ours.cfg.scrape.lateAnswerSeconds == late_answer_s
+    ours.control(_view({0: _sample(0.0), 1: _sample(0.0)}, set(), 0.0))
+    idle = ours.desired
+    for now in range(5, 45, 5):
+        ours.control(_view({0: _sample(0.0)}, {1}, float(now), after_s))
+    assert ours.decision is not None
+    sd = ours.decision.services["chat"]
+    if read:
+        assert (sd.fresh, sd.ready) == (True, 2), sd.reason
+        assert sd.desired is not None and idle is not None and sd.desired > idle
+    else:
+        assert (sd.fresh, sd.ready) == (False, 1), sd.reason

@@ -4,6 +4,12 @@ Every target gets its own deadline (`timeout_s` from when it starts), and the wh
 one more: nothing runs past `cycle start + cycle_timeout_s` (default `timeout_s`), so a
 slow or dead target, or a queue behind `max_concurrency`, can never delay the cycle past
 `timeoutSeconds`. Errors are results, never exceptions.
+
+With `late_answer_s` (`scrape.lateAnswerSeconds`) a request still unanswered when the
+cycle ends is kept open that much longer instead of being dropped: the cycle reports it
+as a timeout, no second request goes to that target meanwhile, and the answer, stamped
+with the time it came, is the target's result in the next cycle. An engine that answers
+/metrics late under load is then read every few cycles instead of never.
 """
 
 from __future__ import annotations
@@ -144,7 +150,11 @@ def make_client(cfg: ScrapeConfig, transport: str = "lean") -> httpx.AsyncClient
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
     return httpx.AsyncClient(
         transport=base,
-        timeout=httpx.Timeout(cfg.timeoutSeconds, connect=min(1.0, cfg.timeoutSeconds)),
+        # The read may run past the cycle for a late answer; the Scraper's own deadline
+        # (timeoutSeconds, or + lateAnswerSeconds) is what ends it.
+        timeout=httpx.Timeout(
+            cfg.timeoutSeconds + cfg.lateAnswerSeconds, connect=min(1.0, cfg.timeoutSeconds)
+        ),
         headers=DEFAULT_HEADERS,
         follow_redirects=False,
         trust_env=False,
@@ -193,6 +203,7 @@ class Scraper:
             max_concurrency=cfg.maxConcurrency,
             max_body_bytes=cfg.maxBodyBytes,
             headers=BearerToken(token).headers if token else None,
+            late_answer_s=cfg.lateAnswerSeconds,
             **kwargs,
         )
 
@@ -207,9 +218,13 @@ class Scraper:
         headers: Callable[[], dict[str, str]] | None = None,
         observe: Callable[[ScrapeResult], None] | None = None,
         cycle_timeout_s: float | None = None,
+        late_answer_s: float = 0.0,
     ) -> None:
         self._client = client
         self._timeout_s = timeout_s
+        self._late_answer_s = late_answer_s
+        # Requests kept open past their cycle (late_answer_s), one per target at most.
+        self._late: dict[ScrapeJob, asyncio.Task[ScrapeResult]] = {}
         self._cycle_timeout_s = timeout_s if cycle_timeout_s is None else cycle_timeout_s
         self._sem = asyncio.Semaphore(max_concurrency)
         self._max_body = max_body_bytes
@@ -241,8 +256,10 @@ class Scraper:
         *,
         deadline: float | None = None,
         headers: dict[str, str] | None = None,
+        timeout_s: float | None = None,
     ) -> ScrapeResult:
-        """Scrape one target. `deadline` (event-loop time) caps waiting for a slot too."""
+        """Scrape one target. `deadline` (event-loop time) caps waiting for a slot too;
+        `timeout_s`: this request's own deadline (default `timeout_s` of the scraper)."""
         if "/" in job.address:  # discovery's placeholder for a pod without an IP yet
             now = self._clock()
             result = ScrapeResult(
@@ -254,6 +271,7 @@ class Scraper:
         loop = asyncio.get_running_loop()
         if deadline is None:
             deadline = loop.time() + self._cycle_timeout_s
+        timeout = self._timeout_s if timeout_s is None else timeout_s
         if headers is None and self._headers is not None:
             headers = self._headers()
         start = self._clock()
@@ -264,7 +282,7 @@ class Scraper:
         try:
             async with asyncio.timeout_at(deadline):
                 async with self._sem:
-                    async with asyncio.timeout(self._timeout_s):
+                    async with asyncio.timeout(timeout):
                         body = await self._fetch(job, headers)
             size = len(body)
             sample = read_sample(
@@ -277,7 +295,7 @@ class Scraper:
             if sample is None:
                 outcome, error = "no_data", "no engine metrics (is --disable-log-stats set?)"
         except TimeoutError:
-            outcome, error = "timeout", f"timeout after {self._timeout_s:g}s"
+            outcome, error = "timeout", f"timeout after {timeout:g}s"
         except ParseError as e:
             outcome, error = "malformed", f"malformed exposition: {e}"
         except BodyTooLarge as e:
@@ -302,11 +320,63 @@ class Scraper:
         """Scrape every job at once (bounded by max_concurrency), all within one deadline."""
         deadline = asyncio.get_running_loop().time() + self._cycle_timeout_s
         headers = self._headers() if self._headers is not None else None  # once per cycle
+        if self._late_answer_s > 0:
+            return await self._scrape_all_keeping_late(jobs, deadline, headers)
         return list(
             await asyncio.gather(
                 *(self.scrape(j, deadline=deadline, headers=headers) for j in jobs)
             )
         )
+
+    async def _scrape_all_keeping_late(
+        self, jobs: Sequence[ScrapeJob], deadline: float, headers: dict[str, str] | None
+    ) -> list[ScrapeResult]:
+        loop = asyncio.get_running_loop()
+        wanted = set(jobs)
+        for job in [j for j in self._late if j not in wanted]:  # target gone: stop waiting
+            self._late.pop(job).cancel()
+        longest = self._timeout_s + self._late_answer_s
+        tasks: dict[ScrapeJob, asyncio.Task[ScrapeResult]] = {}
+        for job in dict.fromkeys(jobs):
+            kept = self._late.pop(job, None)
+            # A request kept open from an earlier cycle stands for this cycle's, unless it
+            # timed out after all (that cycle already counted the timeout): ask again.
+            if kept is not None and not (kept.done() and kept.result().outcome == "timeout"):
+                tasks[job] = kept
+            else:
+                tasks[job] = loop.create_task(
+                    self.scrape(
+                        job, deadline=loop.time() + longest, headers=headers, timeout_s=longest
+                    )
+                )
+        await asyncio.wait(tasks.values(), timeout=max(0.0, deadline - loop.time()))
+        late = {job: t for job, t in tasks.items() if not t.done()}
+        self._late.update(late)
+        now = self._clock()
+        pending = {
+            job: ScrapeResult(
+                job,
+                None,
+                f"no answer within {self._timeout_s:g}s (request kept open up to "
+                f"{self._late_answer_s:g}s more; its answer counts next cycle)",
+                now,
+                self._timeout_s,
+                "timeout",
+            )
+            for job in late
+        }
+        for r in pending.values():
+            if self._observe is not None:
+                self._observe(r)
+        return [pending[j] if j in pending else tasks[j].result() for j in jobs]
+
+    async def aclose(self) -> None:
+        """Stop waiting for late answers and close the client."""
+        late, self._late = self._late, {}
+        for t in late.values():
+            t.cancel()
+        await asyncio.gather(*late.values(), return_exceptions=True)
+        await self._client.aclose()
 
 
 class ScraperFollowingConfig:

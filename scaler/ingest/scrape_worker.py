@@ -72,16 +72,23 @@ def _init(cfg: ScrapeConfig, parent: int) -> None:
     # pods are unchanged). Measured in docs/operations.md#load.
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
+    # The loop runs between cycles too, in a thread of its own: a request kept open for a
+    # late answer (scrape.lateAnswerSeconds) is read, and stamped, when the answer comes,
+    # not when the next cycle would next run the loop.
     loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    scraper = Scraper.from_config(make_client(cfg), cfg)
+    threading.Thread(target=loop.run_forever, name="scrape-loop", daemon=True).start()
+    scraper = asyncio.run_coroutine_threadsafe(_build(cfg), loop).result()
     _worker = (loop, scraper)
+
+
+async def _build(cfg: ScrapeConfig) -> Scraper:
+    return Scraper.from_config(make_client(cfg), cfg)  # its semaphore binds to this loop
 
 
 def _scrape_all(jobs: list[ScrapeJob]) -> list[ScrapeResult]:
     assert _worker is not None, "worker not initialised"
     loop, scraper = _worker
-    return loop.run_until_complete(scraper.scrape_all(jobs))
+    return asyncio.run_coroutine_threadsafe(scraper.scrape_all(jobs), loop).result()
 
 
 class ProcessScraper:

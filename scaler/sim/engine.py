@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from scaler.sim.kube import Hpa, Ledger, ResearchClassSpec
 from scaler.sim.pods import Lifecycle, Pods, RepState
-from scaler.sim.policies import Policy, PoolView
+from scaler.sim.policies import LateAnswer, Policy, PoolView
 from scaler.sim.profile import ReplicaSpec
 from scaler.sim.replica import ReplicaPool, RequestLog, Router
 from scaler.sim.workload import Workload
@@ -75,17 +75,24 @@ class ScrapeFaults:
     (tests/test_real_vllm.py); a GPU server's API process shares its event loop with
     tokenising and streaming too, but how late it answers under load was not measured
     here, so this is off unless a run asks for it. Each scrape, a ready replica with at
-    least `waiting_at_least` requests waiting does not answer with `probability`: every
-    policy that reads /metrics (ours, and Prometheus for the queue baseline) misses it."""
+    least `waiting_at_least` requests waiting does not answer within the scrape timeout,
+    with `probability`: every policy that reads /metrics (ours, and Prometheus for the
+    queue baseline) misses it. It answers `answer_after_s` after the request (what it
+    shows then is approximated by its state when asked), which ours reads in its next
+    cycle when its `scrape.lateAnswerSeconds` keeps the request open that long; None:
+    it never answers."""
 
     waiting_at_least: int | None = None  # None: every replica answers
     probability: float = 1.0
+    answer_after_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.waiting_at_least is not None and self.waiting_at_least < 1:
             raise ValueError(f"unread at {self.waiting_at_least} waiting: must be at least 1")
         if not 0 < self.probability <= 1:
             raise ValueError(f"unread probability {self.probability}: must be in (0, 1]")
+        if self.answer_after_s is not None and self.answer_after_s <= 0:
+            raise ValueError(f"a late answer after {self.answer_after_s} s: must be > 0")
 
 
 @dataclass
@@ -192,14 +199,12 @@ def simulate_policy(
         nonlocal scrapes, unread_scrapes
         ready = [r for r in pods.replicas if r.state is RepState.READY]
         samples = {r.row: pool.sample(r.row) for r in ready}
-        unread: set[int] = set()
+        unread: dict[int, LateAnswer] = {}
         if faults.waiting_at_least is not None:
             unread = {
-                row
+                row: LateAnswer(s, faults.answer_after_s)
                 for row, s in samples.items()
-                if s.waiting is not None
-                and s.waiting >= faults.waiting_at_least
-                and fault_rng.random() < faults.probability
+                if s.waiting >= faults.waiting_at_least and fault_rng.random() < faults.probability
             }
             for row in unread:
                 del samples[row]
@@ -223,7 +228,7 @@ def simulate_policy(
             spec_replicas,
             len(ready) + starting,
             deleting,
-            frozenset(unread),
+            unread,
         )
 
     for r in pods.start_ready(initial_replicas, t_start):  # warm start: already serving

@@ -40,6 +40,15 @@ POLICY_NAMES = ("ours", "static-peak", "queue-threshold", "gpu-util-hpa", "oracl
 
 
 @dataclass(frozen=True, slots=True)
+class LateAnswer:
+    """A replica that did not answer /metrics in time: what it shows (its state when
+    asked) and how long after the request its answer comes (None: never)."""
+
+    sample: EngineSample
+    after_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class PoolView:
     """What a policy may observe at one instant (as scraped / as Kubernetes reports)."""
 
@@ -54,7 +63,7 @@ class PoolView:
     research_deleting: Mapping[str, float] = field(default_factory=dict)
     # Ready replica rows whose /metrics did not answer in time this scrape (not in
     # `samples`; engine.ScrapeFaults).
-    unread: frozenset[int] = frozenset()
+    unread: Mapping[int, LateAnswer] = field(default_factory=dict)
 
     @property
     def ready(self) -> int:
@@ -125,6 +134,9 @@ class Ours(Policy):
     tracker: TargetTracker = field(default_factory=TargetTracker)
     desired: int | None = None
     decision: Decision | None = None
+    # Requests kept open for a late answer (scrape.lateAnswerSeconds), per replica row:
+    # the sample it carries, when it comes and how long after the request.
+    late: dict[int, tuple[EngineSample, float, float]] = field(default_factory=dict)
     # Simulated wall clock = this + view.now (Unix seconds): the forecast's time of day and
     # day of week, as the server takes them from its clock.
     calendar_offset: float = 0.0
@@ -137,23 +149,11 @@ class Ours(Policy):
         serving = [*view.samples, *view.unread]
         endpoints = [Endpoint(f"replica-{row}", TargetPhase.SERVING) for row in serving]
         endpoints += [Endpoint(f"starting-{i}", TargetPhase.STARTING) for i in range(view.starting)]
-        timeout = self.cfg.scrape.timeoutSeconds
-        results = {
-            f"replica-{row}": ScrapeResult(ScrapeJob(f"replica-{row}"), s, None, view.now, 0.0)
-            for row, s in view.samples.items()
-        }
-        results |= {
-            f"replica-{row}": ScrapeResult(
-                ScrapeJob(f"replica-{row}"),
-                None,
-                f"read timeout after {timeout:g} s",
-                view.now,
-                timeout,
-                "timeout",
-            )
-            for row in view.unread
-        }
-        targets = {svc.name: self.tracker.update(svc.name, endpoints, results)}
+        results = {row: self._scrape(row, s, view.now) for row, s in view.samples.items()}
+        results |= {row: self._scrape(row, late, view.now) for row, late in view.unread.items()}
+        self.late = {row: v for row, v in self.late.items() if row in results}  # pods gone
+        by_address = {f"replica-{row}": r for row, r in results.items()}
+        targets = {svc.name: self.tracker.update(svc.name, endpoints, by_address)}
         wall = self.calendar_offset + view.now
         deleting = {k: self.calendar_offset + t for k, t in view.research_deleting.items()}
         capacity = Capacity(self.capacity_gpus, research_deleting=deleting)
@@ -168,6 +168,27 @@ class Ours(Policy):
         assert self.decision.pool is not None
         self.reserve_now = self.decision.pool.reserve_gpus
         self.slots = {k: v.slots for k, v in self.decision.research.items()}
+
+    def _scrape(self, row: int, answer: EngineSample | LateAnswer, now: float) -> ScrapeResult:
+        """One replica's scrape as `ingest.scrape.Scraper` returns it: a request kept open
+        from an earlier cycle stands for this one's (answered by now, or still a timeout);
+        else the replica answers in time, or not, and the request is kept open when its
+        answer will come within `scrape.lateAnswerSeconds`."""
+        job = ScrapeJob(f"replica-{row}")
+        sc = self.cfg.scrape
+        kept = self.late.get(row)
+        if kept is None and isinstance(answer, EngineSample):
+            return ScrapeResult(job, answer, None, now, 0.0)
+        if kept is None:
+            assert isinstance(answer, LateAnswer)
+            after = answer.after_s
+            if after is not None and after <= sc.timeoutSeconds + sc.lateAnswerSeconds:
+                kept = self.late[row] = (answer.sample, now + after, after)
+        if kept is not None and kept[1] <= now:
+            del self.late[row]
+            return ScrapeResult(job, kept[0], None, kept[1], kept[2])
+        why = f"read timeout after {sc.timeoutSeconds:g} s"
+        return ScrapeResult(job, None, why, now, sc.timeoutSeconds, "timeout")
 
     def give_back_note(self) -> str:
         gb = None if self.decision is None else self.decision.give_back

@@ -308,12 +308,15 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
         ]
     faults = s.get("scrape_faults") or {}
     if faults.get("waiting_at_least") is not None:
+        after = faults.get("answer_after_s")
         lines += [
             "",
             f"Replicas with at least {faults['waiting_at_least']} requests waiting did not "
-            f"answer /metrics in time with probability {faults['probability']:g} per scrape "
-            "(ours and the queue baseline's Prometheus miss them); share of replica scrapes "
-            "unread: "
+            f"answer /metrics in time with probability {faults['probability']:g} per scrape, "
+            + ("never answering" if after is None else f"answering {after:g} s late")
+            + " (ours and the queue baseline's Prometheus miss them; ours keeps a request "
+            f"open {s.get('ours_late_answer_s', 0.0):g} s past its timeout, "
+            "`scrape.lateAnswerSeconds`); share of replica scrapes unread: "
             + ", ".join(
                 f"{n} {m['unread_scrape_share']:.2%}"
                 for n, m in data["policies"].items()

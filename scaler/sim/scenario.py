@@ -88,6 +88,7 @@ class Scenario:
     ours_hpa_tolerance: float = 0.0  # behavior.*.tolerance the chart sets (k8s >= 1.33)
     # Ours' scaleDown.stabilizationSeconds; None: no `scaleDown:` key, the product's default.
     ours_scale_down_s: float | None = None
+    ours_late_answer_s: float = 0.0  # ours' scrape.lateAnswerSeconds
     adaptive_reserve_max_gpus: int = 0  # pool.adaptiveReserve (0 = off, the default)
     # Ours states the objective (`slo:` = slo_ttft_s at `attainment`) and uses the forecast
     # (`pool.forecast`, research classes' checkpointIntervalSeconds); off = reactive only.
@@ -203,6 +204,7 @@ def pool_config(scn: Scenario, cal: Calibration) -> Config:
                 "intervalSeconds": scn.timing.scrape_interval_s,
                 "timeoutSeconds": 2,
                 "staleAfterSeconds": 30,
+                "lateAnswerSeconds": scn.ours_late_answer_s,
             },
             "inference": [
                 {

@@ -33,6 +33,10 @@ Rendered by templates/validate.yaml, which helm renders before the other templat
 {{- if lt $stale $interval }}
 {{- fail (printf "scrape.staleAfterSeconds (%v) must be at least scrape.intervalSeconds (%v): every sample would be stale" $stale $interval) }}
 {{- end }}
+{{- $late := float64 (include "gps.get" (list $scrape "lateAnswerSeconds" 0)) }}
+{{- if gt (addf $timeout $late) $stale }}
+{{- fail (printf "scrape.timeoutSeconds + scrape.lateAnswerSeconds (%v + %v) must not exceed scrape.staleAfterSeconds (%v): an answer that late would be stale data already" $timeout $late $stale) }}
+{{- end }}
 
 {{- if and $v.binpackScheduler.enabled (eq $v.binpackScheduler.name "default-scheduler") }}
 {{- fail "binpackScheduler.name: must not be default-scheduler, the cluster's own scheduler: two schedulers of one name both place its pods; keep gpu-binpack or pick another name" }}
