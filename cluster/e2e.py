@@ -2122,6 +2122,85 @@ def s14_unread_replica(c: Ctx) -> dict[str, Any]:
     }
 
 
+def s15_late_answer(c: Ctx) -> dict[str, Any]:
+    """The same engine answering /metrics late, with `scrape.lateAnswerSeconds` set by a
+    helm upgrade: its request stays open past the 1-s timeout and the answer counts in the
+    next cycle, so the service never goes stale, the raise reads both replicas, and
+    research is not shut out."""
+    api = c.api
+    inference_pc = f"{FULL}-inference"
+
+    def generation() -> float:
+        return scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0.0
+
+    def scrapes(result: str) -> float:
+        return sum(
+            scaler_metrics(
+                c.metrics_port, "gpu_pool_scaler_scrape_total{", f'result="{result}",service="chat"'
+            )
+        )
+
+    before = c.vfile.read_text()
+    late = yaml.safe_load(before)
+    late["scrape"] = {**late["scrape"], "lateAnswerSeconds": 8}  # timeout 1 s + 8 <= stale 10
+
+    def upgrade(text: str) -> None:
+        g = generation()
+        c.vfile.write_text(text)
+        c.helm.install(c.vfile, upgrade=True)
+        c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
+        wait("the scaler reloads the new config", lambda: generation() > g, 60)
+
+    c.farm.rps = MID_RPS
+    wait_steady(
+        "two inference replicas Running at the middle load",
+        lambda: (
+            api.desired() == 2 and api.running_gpus().get(inference_pc, 0) == 2 * GPUS_PER_REPLICA
+        ),
+        20,
+        240,
+    )
+    upgrade(yaml.safe_dump(late))
+    ip = c.farm.answer_late(3.0)  # past the scrape timeout (1 s), within it + 8 s
+    try:
+        timeouts0, ok0 = scrapes("timeout"), scrapes("ok")
+        seen: list[float | None] = []
+        for _ in range(15):  # staleAfterSeconds 10: dropped answers would show within it
+            seen.append(
+                scaler_metric(c.metrics_port, "gpu_pool_scaler_service_data_fresh{", '"chat"')
+            )
+            time.sleep(1)
+        timeouts, oks = scrapes("timeout") - timeouts0, scrapes("ok") - ok0
+        if timeouts < 3:
+            raise Failed(f"{timeouts:g} scrapes timed out in 15 s: the engine did not answer late")
+        if any(f != 1.0 for f in seen):
+            raise Failed(f"the service went stale with late answers kept: fresh {seen}")
+        c.farm.rps = HIGH_RPS
+        t1 = time.monotonic()
+        wait(
+            f"the HPA at {MAX_REPLICAS}, every replica read",
+            lambda: api.desired() == MAX_REPLICAS,
+            120,
+        )
+        t_raise = time.monotonic() - t1
+        fresh = scaler_metric(c.metrics_port, "gpu_pool_scaler_service_data_fresh{", '"chat"')
+        if fresh != 1.0:
+            raise Failed(f"the raise came with the service not fresh ({fresh})")
+    finally:
+        c.farm.answer_late(0.0, ip)
+        c.farm.rps = LOW_RPS
+        upgrade(before)
+    return {
+        "late_engine": f"{ip}:{ENGINE_PORT}",
+        "answers_after_s": 3.0,
+        "scrape": {"timeoutSeconds": 1, "lateAnswerSeconds": 8, "staleAfterSeconds": 10},
+        "fresh_each_second": seen,
+        "scrapes_timed_out_in_15_s": timeouts,
+        "scrapes_ok_in_15_s": oks,
+        "to_hpa_max_s": round(t_raise, 1),
+    }
+
+
 SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("1-low-load", s1_low_load),
     ("0-chart-ci-values", s0_chart_ci_values),
@@ -2138,6 +2217,7 @@ SCENARIOS: list[tuple[str, Callable[[Ctx], dict[str, Any]]]] = [
     ("12-chart-scheduler", s12_chart_scheduler),
     ("13-nominated-elsewhere", s13_nominated_elsewhere),
     ("14-unread-replica", s14_unread_replica),
+    ("15-late-answer", s15_late_answer),
 ]
 
 

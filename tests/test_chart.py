@@ -2349,6 +2349,19 @@ BAD = [
         "scrape.staleAfterSeconds (30) must be at least scrape.intervalSeconds (60)",
         True,
     ),
+    Bad(
+        "late-answer-past-stale",
+        {"scrape": {"lateAnswerSeconds": 29}},
+        "scrape.timeoutSeconds + scrape.lateAnswerSeconds (2 + 29) must not exceed "
+        "scrape.staleAfterSeconds (30)",
+        True,
+    ),
+    Bad(
+        "late-answer-negative",
+        {"scrape": {"lateAnswerSeconds": -1}},
+        "at '/scrape/lateAnswerSeconds': minimum: got -1, want 0",
+        True,
+    ),
     Bad("nothing-to-scale", {"inference": []}, "nothing to scale", True),
     Bad(
         "defaults-only", {}, "at '/pool': missing properties 'name', 'capacity'", True, replace=True
