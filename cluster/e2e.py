@@ -2063,6 +2063,29 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
     }
 
 
+def two_replicas_at_mid_load(c: Ctx) -> None:
+    """Scenarios 14 and 15 start from the HPA holding 2 Running replicas for 20 s in a row
+    at 5.5 req/s (at 7 req/s it went to 3 on its own at times)."""
+    c.farm.rps = MID_RPS
+    wait_steady(
+        "two inference replicas Running at the middle load",
+        lambda: (
+            c.api.desired() == 2
+            and c.api.running_gpus().get(f"{FULL}-inference", 0) == 2 * GPUS_PER_REPLICA
+        ),
+        20,
+        240,
+    )
+
+
+def step_to_high_load(c: Ctx, how: str) -> float:
+    """The load steps to 14 req/s; seconds until the HPA asks for every replica."""
+    c.farm.rps = HIGH_RPS
+    t = time.monotonic()
+    wait(f"the HPA at {MAX_REPLICAS} {how}", lambda: c.api.desired() == MAX_REPLICAS, 120)
+    return time.monotonic() - t
+
+
 def s14_unread_replica(c: Ctx) -> dict[str, Any]:
     """One inference replica answers /metrics late (an engine's API server busy with its
     streams; the real vLLM on 2 cores did so through a 200-request queue): the scaler
@@ -2070,20 +2093,11 @@ def s14_unread_replica(c: Ctx) -> dict[str, Any]:
     read may raise, never lower), no research Job starts while a replica is unread, and
     once it answers again the service is fresh."""
     api = c.api
-    inference_pc = f"{FULL}-inference"
 
     def fresh() -> float | None:
         return scaler_metric(c.metrics_port, "gpu_pool_scaler_service_data_fresh{", '"chat"')
 
-    c.farm.rps = MID_RPS
-    wait_steady(
-        "two inference replicas Running at the middle load",
-        lambda: (
-            api.desired() == 2 and api.running_gpus().get(inference_pc, 0) == 2 * GPUS_PER_REPLICA
-        ),
-        20,
-        240,
-    )
+    two_replicas_at_mid_load(c)
     ip = c.farm.answer_late(5.0)  # past the scrape timeout (1 s) on every scrape
     t0 = time.monotonic()
     wait("the scaler reads the service as not fresh", lambda: fresh() == 0.0, 60, every=1)
@@ -2091,14 +2105,7 @@ def s14_unread_replica(c: Ctx) -> dict[str, Any]:
     if api.desired() != 2:
         raise Failed(f"the HPA moved before the load did: {api.desired()}")
     jobs_before = {j.metadata.name for j in api.jobs()}
-    c.farm.rps = HIGH_RPS
-    t1 = time.monotonic()
-    wait(
-        f"the HPA at {MAX_REPLICAS} with a replica unread",
-        lambda: api.desired() == MAX_REPLICAS,
-        120,
-    )
-    t_raise = time.monotonic() - t1
+    t_raise = step_to_high_load(c, "with a replica unread")
     still = fresh()
     slots = scaler_metrics(c.metrics_port, "gpu_pool_scaler_research_slots{")
     new_jobs = sorted({j.metadata.name for j in api.jobs()} - jobs_before)
@@ -2127,8 +2134,6 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
     helm upgrade: its request stays open past the 1-s timeout and the answer counts in the
     next cycle, so the service never goes stale, the raise reads both replicas, and
     research is not shut out."""
-    api = c.api
-    inference_pc = f"{FULL}-inference"
 
     def generation() -> float:
         return scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0.0
@@ -2151,15 +2156,7 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
         c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
         wait("the scaler reloads the new config", lambda: generation() > g, 60)
 
-    c.farm.rps = MID_RPS
-    wait_steady(
-        "two inference replicas Running at the middle load",
-        lambda: (
-            api.desired() == 2 and api.running_gpus().get(inference_pc, 0) == 2 * GPUS_PER_REPLICA
-        ),
-        20,
-        240,
-    )
+    two_replicas_at_mid_load(c)
     upgrade(yaml.safe_dump(late))
     ip = c.farm.answer_late(3.0)  # past the scrape timeout (1 s), within it + 8 s
     try:
@@ -2175,14 +2172,7 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
             raise Failed(f"{timeouts:g} scrapes timed out in 15 s: the engine did not answer late")
         if any(f != 1.0 for f in seen):
             raise Failed(f"the service went stale with late answers kept: fresh {seen}")
-        c.farm.rps = HIGH_RPS
-        t1 = time.monotonic()
-        wait(
-            f"the HPA at {MAX_REPLICAS}, every replica read",
-            lambda: api.desired() == MAX_REPLICAS,
-            120,
-        )
-        t_raise = time.monotonic() - t1
+        t_raise = step_to_high_load(c, "with every replica read")
         fresh = scaler_metric(c.metrics_port, "gpu_pool_scaler_service_data_fresh{", '"chat"')
         if fresh != 1.0:
             raise Failed(f"the raise came with the service not fresh ({fresh})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,7 +44,8 @@ STEP = RateCurve(
 CAL = Calibration(per_replica_rps=1.0, replicas=4, attainment=0.99, mean_tokens=1366, seconds=0)
 
 
-def run(name: str, scn: Scenario) -> tuple[PolicyResult, object]:
+def run(name: str, scn: Scenario, **engine: Any) -> tuple[PolicyResult, object]:
+    """`name` through the step curve; `engine`: more `simulate_policy` arguments."""
     w = make_workload(
         STEP,
         start_s=3600.0,
@@ -66,6 +68,7 @@ def run(name: str, scn: Scenario) -> tuple[PolicyResult, object]:
         t_end=4500.0,
         initial_replicas=static_n if name == "static-peak" else 1,
         seed=1,
+        **engine,
     )
     return res, p
 
@@ -96,19 +99,9 @@ def test_spread_placement_strands_gpus_research_pods_wait_for() -> None:
     end up in pieces on every node, and a created 4- or 8-GPU research pod waits while
     GPUs stand idle; packed, that hardly happens. The bench reports it as
     `idle_while_research_pending_gpu_hours` (docs/bench.md "Placement")."""
-    w = make_workload(
-        STEP, start_s=3600.0, duration_s=4500.0, peak_rps=4.0, rng=np.random.default_rng(1),
-        lead_in_s=600.0,
-    )  # fmt: skip
-    cfg = pool_config(SCN, CAL)
     stranded = {}
     for placement in ("pack", "spread"):
-        pols, _ = make_policies(SCN, cfg, CAL, w, -600.0, 4500.0)
-        res = simulate_policy(
-            pols["ours"], w, spec=SCN.spec, pool_gpus=SCN.pool_gpus,
-            gpus_per_node=SCN.gpus_per_node, classes=list(SCN.classes), t_start=-600.0,
-            t_end=4500.0, initial_replicas=1, seed=1, placement=placement,
-        )  # fmt: skip
+        res, _ = run("ours", SCN, placement=placement)
         stranded[placement] = res.idle_research_pending_gpu_s / 3600.0
     assert stranded["spread"] > 3 * stranded["pack"] and stranded["spread"] > 0.5, stranded
 
@@ -262,17 +255,7 @@ def test_replicas_too_busy_to_answer_are_unread_and_ours_still_takes_gpus_back(
 ) -> None:
     """On the ramp the replicas' queues pass the fault's threshold and some scrapes go
     unanswered; ours still raises on the ramp from the replicas it reads."""
-    w = make_workload(
-        STEP, start_s=3600.0, duration_s=4500.0, peak_rps=4.0, rng=np.random.default_rng(1),
-        lead_in_s=600.0,
-    )  # fmt: skip
-    cfg = pool_config(SCN, CAL)
-    pols, _ = make_policies(SCN, cfg, CAL, w, -600.0, 4500.0)
-    res = simulate_policy(
-        pols["ours"], w, spec=SCN.spec, pool_gpus=SCN.pool_gpus,
-        gpus_per_node=SCN.gpus_per_node, classes=list(SCN.classes), t_start=-600.0,
-        t_end=4500.0, initial_replicas=1, seed=1, scrape_faults=faults,
-    )  # fmt: skip
+    res, _ = run("ours", SCN, scrape_faults=faults)
     assert res.scrapes > 900  # ≥ 1 ready replica × 900 scrapes over the measured 4500 s
     if unread:
         assert 0 < res.unread_scrapes < res.scrapes
