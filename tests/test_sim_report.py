@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from scaler.sim.engine import (
     REPLICAS_READY,
     REPLICAS_WAITING_FOR_GPUS,
     PolicyResult,
+    ScrapeFaults,
     simulate_policy,
 )
 from scaler.sim.policies import Oracle
@@ -52,6 +54,7 @@ def run(name: str, scn: Scenario = SCN) -> PolicyResult:
         t_end=1800.0,
         initial_replicas=2,
         seed=1,
+        scrape_faults=scn.scrape_faults,
     )
 
 
@@ -76,7 +79,28 @@ KEYS = {
     "give_back_planned",
     "replica_changes",
     "target_set_by",
+    "unread_scrape_share",
 }
+
+
+def test_replicas_too_busy_to_answer_are_reported(tmp_path: Path) -> None:
+    scn = replace(SCN, scrape_faults=ScrapeFaults(1, 0.5, 4.0), ours_late_answer_s=10.0)
+    sr = ScenarioRun(scn, CAL, 4.0, 12345, {"ours": run("ours", scn)}, 4, pool_config(scn, CAL))
+    data = write(sr, tmp_path, "python -m bench.simulate --x", "test machine")
+    share = data["policies"]["ours"]["unread_scrape_share"]
+    assert 0.0 < share < 1.0
+    assert data["scenario"]["scrape_faults"] == {
+        "waiting_at_least": 1,
+        "probability": 0.5,
+        "answer_after_s": 4.0,
+    }
+    md = (tmp_path / "report.md").read_text()
+    assert (
+        "Replicas with at least 1 requests waiting did not answer /metrics in time with "
+        "probability 0.5 per scrape, answering 4 s late" in md
+    )
+    assert "ours keeps a request open 10 s past its timeout" in md
+    assert f"share of replica scrapes unread: ours {share:.2%}." in md
 
 
 def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
@@ -97,6 +121,7 @@ def test_write_produces_the_three_files_in_schema(tmp_path: Path) -> None:
     assert "`python -m bench.simulate --x`" in md and "test machine" in md
     assert md.count("\n| ours |") == 1 and md.count("\n| oracle |") == 1
     assert "took nothing" not in md  # no declines: no line
+    assert m["unread_scrape_share"] == 0.0 and "did not answer /metrics" not in md  # no faults
     # Ours plans a research give-back (the configured grace until deletions are measured).
     assert on_disk["policies"]["oracle"]["give_back_planned"] == ""
     planned = on_disk["policies"]["ours"]["give_back_planned"]
