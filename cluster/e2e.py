@@ -517,6 +517,10 @@ def scaler_metric(port: int, prefix: str, contains: str = "") -> float | None:
     return values[0] if values else None
 
 
+def config_generation(port: int) -> float:
+    return scaler_metric(port, "gpu_pool_scaler_config_generation ") or 0.0
+
+
 # --- scenarios -----------------------------------------------------------------------------
 
 
@@ -731,20 +735,25 @@ def s3_scaler_down(c: Ctx) -> dict[str, Any]:
     }
 
 
+def upgrade_and_reload(c: Ctx, values_yaml: str) -> None:
+    """`helm upgrade` with these values; returns once the scaler runs the new config."""
+    generation = config_generation(c.metrics_port)
+    c.vfile.write_text(values_yaml)
+    c.helm.install(c.vfile, upgrade=True)
+    c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
+    wait(
+        "the scaler reloads the new config",
+        lambda: config_generation(c.metrics_port) > generation,
+        60,
+    )
+
+
 def s4_upgrade(c: Ctx) -> dict[str, Any]:
     api = c.api
     running = {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0}
     target_before = api.hpa_obj().spec.metrics[0].external.target.average_value
-    c.vfile.write_text(yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0)))
     t0 = time.monotonic()
-    c.helm.install(c.vfile, upgrade=True)
-    c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
-
-    wait(
-        "the scaler reloads the new config",
-        lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) >= 2,
-        60,
-    )
+    upgrade_and_reload(c, yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0)))
     t_reload = time.monotonic() - t0
     time.sleep(10)
     gone = running - {j.metadata.uid for j in api.jobs()}
@@ -851,11 +860,11 @@ def s7_queue(c: Ctx) -> dict[str, Any]:
         for d in yaml.safe_load_all(rendered)
         if d and d["kind"] == "ConfigMap" and d["metadata"]["name"] == FULL
     ]
-    gen = scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0
+    gen = config_generation(c.metrics_port)
     c.config_file.write_text(cm["data"]["config.yaml"])
     wait(
         "the scaler reloads the config with class train",
-        lambda: (scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0) > gen,
+        lambda: config_generation(c.metrics_port) > gen,
         60,
     )
     c.helm.install(c.vfile, upgrade=True)
@@ -2135,9 +2144,6 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
     next cycle, so the service never goes stale, the raise reads both replicas, and
     research is not shut out."""
 
-    def generation() -> float:
-        return scaler_metric(c.metrics_port, "gpu_pool_scaler_config_generation ") or 0.0
-
     def scrapes(result: str) -> float:
         return sum(
             scaler_metrics(
@@ -2149,15 +2155,8 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
     late = yaml.safe_load(before)
     late["scrape"] = {**late["scrape"], "lateAnswerSeconds": 8}  # timeout 1 s + 8 <= stale 10
 
-    def upgrade(text: str) -> None:
-        g = generation()
-        c.vfile.write_text(text)
-        c.helm.install(c.vfile, upgrade=True)
-        c.config_file.write_text(c.helm.config())  # the kubelet's ConfigMap volume sync
-        wait("the scaler reloads the new config", lambda: generation() > g, 60)
-
     two_replicas_at_mid_load(c)
-    upgrade(yaml.safe_dump(late))
+    upgrade_and_reload(c, yaml.safe_dump(late))
     ip = c.farm.answer_late(3.0)  # past the scrape timeout (1 s), within it + 8 s
     try:
         timeouts0, ok0 = scrapes("timeout"), scrapes("ok")
@@ -2179,7 +2178,7 @@ def s15_late_answer(c: Ctx) -> dict[str, Any]:
     finally:
         c.farm.answer_late(0.0, ip)
         c.farm.rps = LOW_RPS
-        upgrade(before)
+        upgrade_and_reload(c, before)
     return {
         "late_engine": f"{ip}:{ENGINE_PORT}",
         "answers_after_s": 3.0,

@@ -133,7 +133,7 @@ class PolicyResult:
     # Per measured request, the Deployment's state when it arrived (a REPLICAS_* code):
     # which part of scaling a miss waited on. None: not recorded (a hand-built result).
     replicas_at_arrival: npt.NDArray[np.int8] | None = None
-    # Measured replica scrapes, and those the replica did not answer (ScrapeFaults).
+    # Measured replica scrapes of a policy that reads /metrics, and those unanswered.
     scrapes: int = 0
     unread_scrapes: int = 0
 
@@ -190,7 +190,8 @@ def simulate_policy(
     busy_prev = np.zeros(pods.max_rows)
     last_arrival_idx = workload.arrivals(t_start, t_start)[0]
     at_arrival = np.zeros(workload.arrival.size, dtype=np.int8)
-    faults = scrape_faults or ScrapeFaults()
+    # Only a policy that reads /metrics meets the fault (DCGM and the oracle do not).
+    faults = (scrape_faults if policy.reads_metrics else None) or ScrapeFaults()
     # Its own stream: a run without faults draws nothing, so it is the run it was before.
     fault_rng = np.random.default_rng((seed, 0x5C4A))
     scrapes = unread_scrapes = 0
@@ -208,7 +209,7 @@ def simulate_policy(
             }
             for row in unread:
                 del samples[row]
-        if now >= measure_from:
+        if now >= measure_from and policy.reads_metrics:
             scrapes += len(ready)
             unread_scrapes += len(unread)
         busy = {}

@@ -77,6 +77,7 @@ class Policy:
     capacity_gpus: int
     uses_hpa: bool = True
     lends: bool = True
+    reads_metrics: bool = False  # scrapes the engines' /metrics (engine.ScrapeFaults apply)
     behavior: HpaBehavior = field(default_factory=HpaBehavior)
     slots: dict[str, int] = field(default_factory=dict)
     reserve_now: int = -1  # GPUs the accounting keeps free now (-1: the configured floor)
@@ -132,6 +133,7 @@ class Policy:
 class Ours(Policy):
     cycle: CycleState = field(default_factory=CycleState)
     tracker: TargetTracker = field(default_factory=TargetTracker)
+    reads_metrics: bool = True
     desired: int | None = None
     decision: Decision | None = None
     # Requests kept open for a late answer (scrape.lateAnswerSeconds), per replica row:
@@ -217,6 +219,7 @@ class StaticPeak(Policy):
 class QueueThreshold(Policy):
     threshold: float = 5.0
     prom_interval_s: float = 15.0
+    reads_metrics: bool = True
     _prom_value: float = 0.0
     _prom_at: float = -math.inf
 

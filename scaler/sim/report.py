@@ -318,9 +318,9 @@ def markdown(run: ScenarioRun, data: dict[str, Any], command: str, machine: str)
             f"open {s.get('ours_late_answer_s', 0.0):g} s past its timeout, "
             "`scrape.lateAnswerSeconds`); share of replica scrapes unread: "
             + ", ".join(
-                f"{n} {m['unread_scrape_share']:.2%}"
-                for n, m in data["policies"].items()
-                if n == "ours" or n == "queue-threshold"
+                f"{n} {data['policies'][n]['unread_scrape_share']:.2%}"
+                for n, r in run.results.items()
+                if r.scrapes  # the policies that read /metrics
             )
             + ".",
         ]
