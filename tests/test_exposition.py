@@ -108,6 +108,8 @@ SGLANG_ITL_CUMULATIVE = {0.008: 0.0, 0.01: 5.0, 0.1: 5.0, 0.2: 7.0, 8.0: 7.0, ma
         pytest.param("metrics.txt", 1, 0.42, 0.42, id="default"),
         pytest.param("metrics_priority.txt", 1, 0.42, 0.42, id="priority-scheduling"),
         pytest.param("metrics_dp2.txt", 2, 0.52, 0.62, id="two-data-parallel-schedulers"),
+        pytest.param("metrics_pp2.txt", 1, 0.42, 0.42, id="two-pipeline-stages"),
+        pytest.param("metrics_tp2_all.txt", 1, 0.42, 0.42, id="every-tp-rank-logs"),
     ],
 )
 @pytest.mark.parametrize("model", [None, "tiny-llama"], ids=["any-model", "select-model"])
@@ -117,7 +119,10 @@ def test_sglang_capture_reads_each_queue_once(
     """SGLang's own collectors (not a hand-written imitation): with priority scheduling its
     queue gauges carry the total under priority="" and a per-priority breakdown beside it;
     with two data-parallel schedulers each logs its own queue (7 waiting, 5 running each,
-    labelled `dp_rank`); the latency histograms split by `is_streaming` and `priority`."""
+    labelled `dp_rank`); one engine's two pipeline stages (`--pp-size 2`), or its two TP
+    ranks with `--enable-metrics-for-all-schedulers`, each log that engine's one queue
+    (labelled `pp_rank` / `tp_rank`); the latency histograms split by `is_streaming` and
+    `priority`."""
     text = (SGLANG_CAPTURES / capture).read_text()
     s = read_sample(text, "sglang", model, ttft=True, itl=True)
     assert s is not None
@@ -191,6 +196,75 @@ def test_a_queue_gauge_s_priority_breakdown_is_not_summed(
     s = read_sample(text, "sglang")
     assert s is not None
     assert (s.waiting, s.running, s.engines) == (waiting, waiting, engines)
+    assert s == read_sample_reference(text, "sglang")
+
+
+@pytest.mark.parametrize(
+    ("lines", "waiting", "engines"),
+    [
+        pytest.param([_g('pp_rank="0",tp_rank="0"', 7)], 7.0, 1, id="one-rank"),
+        pytest.param(
+            [_g('pp_rank="0",tp_rank="0"', 7), _g('pp_rank="1",tp_rank="0"', 7)],
+            7.0,
+            1,
+            id="two-pipeline-stages-one-queue",
+        ),
+        pytest.param(
+            [_g('pp_rank="0",tp_rank="0"', 6), _g('pp_rank="1",tp_rank="0"', 7)],
+            7.0,
+            1,
+            id="stages-that-disagree-read-as-the-largest",
+        ),
+        pytest.param(
+            [
+                _g('dp_rank="0",tp_rank="0",moe_ep_rank="0"', 3),
+                _g('dp_rank="0",tp_rank="1",moe_ep_rank="1"', 3),
+                _g('dp_rank="1",tp_rank="2",moe_ep_rank="2"', 5),
+                _g('dp_rank="1",tp_rank="3",moe_ep_rank="3"', 5),
+            ],
+            8.0,
+            2,
+            id="each-data-parallel-engine-once",
+        ),
+        pytest.param(
+            [
+                _g('pp_rank="0",priority=""', 7),
+                _g('pp_rank="0",priority="1"', 7),
+                _g('pp_rank="1",priority=""', 7),
+                _g('pp_rank="1",priority="1"', 7),
+            ],
+            7.0,
+            1,
+            id="ranks-and-priority-breakdown",
+        ),
+        pytest.param(
+            [_g('model_name="a",tp_rank="0"', 2), _g('model_name="b",tp_rank="0"', 3)],
+            5.0,
+            2,
+            id="two-models-are-two-engines",
+        ),
+    ],
+)
+def test_one_engine_s_ranks_are_read_once(lines: list[str], waiting: float, engines: int) -> None:
+    """SGLang logs one engine's queue from each pipeline stage (and each TP rank with
+    `--enable-metrics-for-all-schedulers`): copies of one queue, not queues to sum."""
+    running = "".join(line.replace("num_queue_reqs", "num_running_reqs") for line in lines)
+    text = "# TYPE sglang:num_queue_reqs gauge\n" + "".join(lines) + running
+    s = read_sample(text, "sglang")
+    assert s is not None
+    assert (s.waiting, s.running, s.engines) == (waiting, waiting, engines)
+    assert s == read_sample_reference(text, "sglang")
+
+
+def test_a_counter_logged_by_two_ranks_counts_once() -> None:
+    text = (
+        _g('pp_rank="0"', 1)
+        + 'sglang:num_running_reqs{pp_rank="0"} 1\n'
+        + 'sglang:prompt_tokens_total{pp_rank="0"} 20\n'
+        + 'sglang:prompt_tokens_total{pp_rank="1"} 20\n'
+    )
+    s = read_sample(text, "sglang")
+    assert s is not None and s.prompt_tokens_total == 20.0
     assert s == read_sample_reference(text, "sglang")
 
 

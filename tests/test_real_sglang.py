@@ -44,15 +44,23 @@ def _lines(text: str) -> list[str]:
         ([], "metrics.txt"),
         (["--priority-scheduling"], "metrics_priority.txt"),
         (["--dp-size", "2"], "metrics_dp2.txt"),
+        (["--pp-size", "2"], "metrics_pp2.txt"),
+        (["--tp-size", "2", "--all-schedulers"], "metrics_tp2_all.txt"),
     ],
-    ids=["default", "priority-scheduling", "two-data-parallel-schedulers"],
+    ids=[
+        "default",
+        "priority-scheduling",
+        "two-data-parallel-schedulers",
+        "two-pipeline-stages",
+        "every-tp-rank-logs",
+    ],
 )
 def test_sglang_s_collectors_write_the_vendored_capture(
     venv_python: str, flags: list[str], name: str, tmp_path: Path
 ) -> None:
     """tests/data/sglang-0.5.23 (read by test_exposition) is what the pinned SGLang writes
     today, and the scaler reads each queue once (the priority breakdown not summed, each
-    data-parallel rank's queue summed)."""
+    data-parallel rank's queue summed, one engine's pipeline stages and TP ranks read once)."""
     run = subprocess.run(
         [venv_python, str(CAPTURE), "--out", str(tmp_path), *flags],
         capture_output=True,

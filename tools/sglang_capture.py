@@ -34,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,23 +73,49 @@ ITL = [(0, 0.05, 5), (1, 0.3, 2), (1, 12.0, 1)]
 FINISHED = [(True, 0, 100, 20), (False, 1, 40, 8)]  # stream, priority, prompt, generation
 
 
-def _server_args(model: str, priority_scheduling: bool, dp_size: int) -> Any:
+@dataclass(frozen=True)
+class Layout:
+    """The server flags a capture varies: how many schedulers there are and which log."""
+
+    priority_scheduling: bool = False
+    dp_size: int = 1  # data-parallel schedulers, each its own queue
+    tp_size: int = 1  # tensor-parallel ranks of one engine: one queue
+    pp_size: int = 1  # pipeline stages of one engine: each stage holds the same requests
+    all_schedulers: bool = False  # --enable-metrics-for-all-schedulers
+
+    def flags(self) -> list[str]:
+        return [
+            *(["--priority-scheduling"] if self.priority_scheduling else []),
+            *(["--all-schedulers"] if self.all_schedulers else []),
+            "--dp-size", str(self.dp_size),
+            "--tp-size", str(self.tp_size),
+            "--pp-size", str(self.pp_size),
+        ]  # fmt: skip
+
+
+def _server_args(model: str, layout: Layout) -> Any:
     from sglang.srt.server_args import ServerArgs
 
     return ServerArgs(
         model_path=model,
         served_model_name="tiny-llama",
         enable_metrics=True,
-        enable_priority_scheduling=priority_scheduling,
-        dp_size=dp_size,
+        enable_priority_scheduling=layout.priority_scheduling,
+        enable_metrics_for_all_schedulers=layout.all_schedulers,
+        dp_size=layout.dp_size,
+        tp_size=layout.tp_size,
+        pp_size=layout.pp_size,
         device="cpu",
     )
 
 
-def log_scheduler(model: str, priority_scheduling: bool, dp_size: int, dp_rank: int) -> None:
+def log_scheduler(model: str, layout: Layout, dp_rank: int, pp_rank: int, tp_rank: int) -> None:
     """One scheduler process: its collector logs `RUNNING`, `WAITING` and a token usage into
-    the multiprocess directory (every rank the same counts, so the capture's queue is
-    dp_size × 7; the usage `TOKEN_USAGE` + `USAGE_STEP` × rank, so mean and max differ)."""
+    the multiprocess directory, if SGLang lets this rank log (by default attention-TP rank
+    0 of each pipeline stage; every rank with `--enable-metrics-for-all-schedulers`). Every
+    data-parallel rank logs the same counts (so the capture's queue is dp_size × 7) and a
+    usage of `TOKEN_USAGE` + `USAGE_STEP` × rank (so mean and max differ); the ranks of one
+    engine (TP ranks, pipeline stages) log the same numbers, as they hold the same requests."""
     from sglang.srt import runtime_context
     from sglang.srt.observability.metrics_collector import (
         QueueCount,
@@ -96,22 +123,31 @@ def log_scheduler(model: str, priority_scheduling: bool, dp_size: int, dp_rank: 
         SchedulerStats,
     )
 
-    args = _server_args(model, priority_scheduling, dp_size)
-    # tp = 1: world rank 0; a data-parallel controller gives each scheduler its dp_rank.
-    ranks = runtime_context.SpawnRanks(world_rank=0, dp_rank=dp_rank if dp_size > 1 else None)
+    args = _server_args(model, layout)
+    # The launcher's placement: a world rank from (tp, pp), and the data-parallel
+    # controller's dp_rank (None without one).
+    world = runtime_context.spawn_world_rank(args, tp_rank=tp_rank, pp_rank=pp_rank)
+    ranks = runtime_context.SpawnRanks(
+        world_rank=world, dp_rank=dp_rank if layout.dp_size > 1 else None
+    )
     with runtime_context.use_context(
         runtime_context.create_context(args, role="scheduler", ranks=ranks)
     ):
-        sched = SchedulerMetricsCollector.init_new(
+        context = SchedulerMetricsCollector.init_new(
             server_args=args,
-            enable_priority_scheduling=priority_scheduling,
+            enable_priority_scheduling=layout.priority_scheduling,
             enable_lora=False,
             enable_hierarchical_cache=False,
-        ).collector
+        )
+        if not context.current_scheduler_metrics_enabled:
+            return  # SchedulerMetricsReporter logs stats only on such ranks
+        sched = context.collector
         assert sched is not None
 
         def count(total: int, by: dict[int, int]) -> QueueCount:
-            return QueueCount(total=total, by_priority=by if priority_scheduling else None)
+            return QueueCount(
+                total=total, by_priority=by if layout.priority_scheduling else None
+            )
 
         sched.log_stats(
             SchedulerStats(
@@ -123,19 +159,21 @@ def log_scheduler(model: str, priority_scheduling: bool, dp_size: int, dp_rank: 
         )
 
 
-def capture(model: str, site: Path, priority_scheduling: bool, dp_size: int) -> str:
-    """The server's processes: one scheduler each per data-parallel rank (child processes,
-    as SGLang runs them), the tokenizer (this one), then the `/metrics` route's rendering."""
+def capture(model: str, site: Path, layout: Layout) -> str:
+    """The server's processes: one scheduler per (data-parallel rank, pipeline stage, TP
+    rank) (child processes, as SGLang runs them), the tokenizer (this one), then the
+    `/metrics` route's rendering."""
     multiproc = tempfile.mkdtemp(prefix="sglang-metrics-")
     # Set before prometheus_client is imported: SGLang's own order (its comment says so).
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
-    flags = ["--priority-scheduling"] if priority_scheduling else []
-    for rank in range(dp_size):
-        subprocess.run(
-            [sys.executable, __file__, "--site", str(site), "--model", model, *flags,
-             "--dp-size", str(dp_size), "--scheduler-rank", str(rank)],
-            check=True,
-        )  # fmt: skip
+    for dp in range(layout.dp_size):
+        for pp in range(layout.pp_size):
+            for tp in range(layout.tp_size):
+                subprocess.run(
+                    [sys.executable, __file__, "--site", str(site), "--model", model,
+                     *layout.flags(), "--scheduler-rank", f"{dp},{pp},{tp}"],
+                    check=True,
+                )  # fmt: skip
     from prometheus_client import CollectorRegistry, generate_latest, multiprocess
     from sglang.srt import runtime_context
     from sglang.srt.observability.metrics_collector import (
@@ -143,7 +181,7 @@ def capture(model: str, site: Path, priority_scheduling: bool, dp_size: int) -> 
         tokenizer_metric_labels,
     )
 
-    args = _server_args(model, priority_scheduling, dp_size)
+    args = _server_args(model, layout)
     context = runtime_context.create_context(
         args, role="scheduler", ranks=runtime_context.SpawnRanks(world_rank=0)
     )
@@ -153,7 +191,9 @@ def capture(model: str, site: Path, priority_scheduling: bool, dp_size: int) -> 
 
         def labels(priority: int) -> dict[str, str]:
             # TokenizerManager.collect_metrics: the request's priority fills the label.
-            return {**base, "priority": str(priority)} if priority_scheduling else dict(base)
+            if layout.priority_scheduling:
+                return {**base, "priority": str(priority)}
+            return dict(base)
 
         for stream, prio, seconds in TTFT:
             tok.observe_time_to_first_token(labels(prio), seconds, stream=stream)
@@ -168,12 +208,16 @@ def capture(model: str, site: Path, priority_scheduling: bool, dp_size: int) -> 
     return generate_latest(registry).decode()
 
 
-def capture_name(priority_scheduling: bool, dp_size: int) -> str:
-    """metrics.txt, metrics_priority.txt, metrics_dp2.txt, ..."""
+def capture_name(layout: Layout) -> str:
+    """metrics.txt, metrics_priority.txt, metrics_dp2.txt, metrics_pp2.txt,
+    metrics_tp2_all.txt, ..."""
     return (
         "metrics"
-        + ("_priority" if priority_scheduling else "")
-        + (f"_dp{dp_size}" if dp_size > 1 else "")
+        + ("_priority" if layout.priority_scheduling else "")
+        + (f"_dp{layout.dp_size}" if layout.dp_size > 1 else "")
+        + (f"_tp{layout.tp_size}" if layout.tp_size > 1 else "")
+        + (f"_pp{layout.pp_size}" if layout.pp_size > 1 else "")
+        + ("_all" if layout.all_schedulers else "")
         + ".txt"
     )
 
@@ -199,19 +243,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="directory for the capture")
     p.add_argument("--priority-scheduling", action="store_true")
     p.add_argument("--dp-size", type=int, default=1, help="data-parallel schedulers")
-    p.add_argument("--scheduler-rank", type=int, help=argparse.SUPPRESS)  # a child's rank
+    p.add_argument("--tp-size", type=int, default=1, help="tensor-parallel ranks")
+    p.add_argument("--pp-size", type=int, default=1, help="pipeline stages")
+    p.add_argument(
+        "--all-schedulers", action="store_true", help="--enable-metrics-for-all-schedulers"
+    )
+    p.add_argument("--scheduler-rank", help=argparse.SUPPRESS)  # a child's "dp,pp,tp"
     a = p.parse_args(argv)
+    layout = Layout(a.priority_scheduling, a.dp_size, a.tp_size, a.pp_size, a.all_schedulers)
     if a.scheduler_rank is not None:
         sys.path.insert(0, str(a.site))
-        log_scheduler(str(a.model), a.priority_scheduling, a.dp_size, a.scheduler_rank)
+        dp, pp, tp = (int(r) for r in a.scheduler_rank.split(","))
+        log_scheduler(str(a.model), layout, dp, pp, tp)
         return 0
     if a.out is None:
         p.error("--out is required")
     install_site(a.site)
     sys.path.insert(0, str(a.site))
     a.out.mkdir(parents=True, exist_ok=True)
-    out = a.out / capture_name(a.priority_scheduling, a.dp_size)
-    out.write_text(capture(str(a.model), a.site, a.priority_scheduling, a.dp_size))
+    out = a.out / capture_name(layout)
+    out.write_text(capture(str(a.model), a.site, layout))
     print(out)
     return 0
 

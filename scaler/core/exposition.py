@@ -14,6 +14,8 @@ Decisions (documented in docs/ingestion.md, tested in tests/test_exposition.py):
 * A used sample that is NaN, ±Inf or negative -> ParseError: such a number cannot be load,
   and taking it as 0 would invent a zero. The target is failed for this scrape.
 * The same series (name + labels) twice -> ParseError (which one is true is unknowable).
+* Series that differ only in SGLang's rank labels (`tp_rank`, `pp_rank`, `moe_ep_rank`)
+  are one engine logged by several of its schedulers: read once (`_one_per_engine`).
   The same family in two separate groups (out of order) is merged, series by series.
 * Lines of families we do not use are not validated: that is where the speed comes from.
 """
@@ -236,11 +238,33 @@ def _without_breakdowns(series: Series) -> Series:
     }
 
 
+# SGLang's placement labels on its scheduler metrics. The schedulers of one engine (its
+# tensor-parallel ranks, pipeline stages, expert-parallel ranks) hold the same requests;
+# separate engines differ in `dp_rank` (data-parallel, also with DP attention).
+_RANK_LABELS = frozenset({"tp_rank", "pp_rank", "moe_ep_rank"})
+
+
+def _one_per_engine(series: Series) -> Series:
+    """Series that differ only in `_RANK_LABELS` are one engine seen from several ranks:
+    read once, as the largest any rank reports (summed, the queue would count once per
+    rank). SGLang logs its queue from attention-TP rank 0 of *every pipeline stage* (each
+    stage receives every request: `--pp-size 2` exports the queue twice, differing in
+    `pp_rank`), and from every TP rank with `--enable-metrics-for-all-schedulers`
+    (`SchedulerMetricsCollector.init_new`; tests/data/sglang-0.5.23 holds both)."""
+    if not any(k in _RANK_LABELS for key in series for k, _ in key):
+        return series
+    out: Series = {}
+    for key, value in series.items():
+        engine = tuple(p for p in key if p[0] not in _RANK_LABELS)
+        out[engine] = max(out.get(engine, value), value)
+    return out
+
+
 def _pick(
     scan: _Scan, names: tuple[str, ...], model: str | None, kinds: tuple[str, ...]
 ) -> dict[tuple[tuple[str, str], ...], float] | None:
-    """Series of the first present alternative (one per engine), of `model` if given;
-    a gauge's without its breakdowns (`_without_breakdowns`)."""
+    """Series of the first present alternative (one per engine: `_one_per_engine`), of
+    `model` if given; a gauge's without its breakdowns (`_without_breakdowns`)."""
     for name in names:
         series = _series(scan, name)
         if series is None:
@@ -248,6 +272,7 @@ def _pick(
         _check_type(scan, name, kinds)
         if "gauge" in kinds:
             series = _without_breakdowns(series)
+        series = _one_per_engine(series)
         if model is None:
             return series
         # A series is one engine (labels: engine, model_name, rank...); keep the model's.
@@ -396,7 +421,7 @@ def read_sample_reference(
 
     def gauge(ns: tuple[str, ...]) -> dict[tuple[tuple[str, str], ...], float] | None:
         per = first(ns)
-        return None if per is None else _without_breakdowns(per)
+        return None if per is None else _one_per_engine(_without_breakdowns(per))
 
     waiting, running = gauge(names.waiting), gauge(names.running)
     if waiting is None or running is None or not waiting:
@@ -406,7 +431,7 @@ def read_sample_reference(
 
     def total(ns: tuple[str, ...]) -> float | None:
         per = first(ns)
-        return None if per is None else sum(per.values())
+        return None if per is None else sum(_one_per_engine(per).values())
 
     def hist(ns: tuple[str, ...]) -> Buckets | None:
         for n in ns:
