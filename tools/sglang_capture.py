@@ -145,9 +145,7 @@ def log_scheduler(model: str, layout: Layout, dp_rank: int, pp_rank: int, tp_ran
         assert sched is not None
 
         def count(total: int, by: dict[int, int]) -> QueueCount:
-            return QueueCount(
-                total=total, by_priority=by if layout.priority_scheduling else None
-            )
+            return QueueCount(total=total, by_priority=by if layout.priority_scheduling else None)
 
         sched.log_stats(
             SchedulerStats(
