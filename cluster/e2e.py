@@ -750,8 +750,14 @@ def upgrade_and_reload(c: Ctx, values_yaml: str) -> None:
 
 def s4_upgrade(c: Ctx) -> dict[str, Any]:
     api = c.api
-    running = {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0}
-    target_before = api.hpa_obj().spec.metrics[0].external.target.average_value
+    # Waited for, not assumed from scenario 1, so that `--only 4-upgrade` runs alone.
+    hpa = wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, 120)
+    running = wait(
+        "research Jobs run (the upgrade must keep them)",
+        lambda: {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0},
+        180,
+    )
+    target_before = hpa.spec.metrics[0].external.target.average_value
     t0 = time.monotonic()
     upgrade_and_reload(c, yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0)))
     t_reload = time.monotonic() - t0
@@ -771,6 +777,7 @@ def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
     behavior, and the tolerance (kept only with the HPAConfigurableTolerance gate, beta
     and on by default in 1.35; read as raw JSON: a client model may not know the field)."""
     name = c.api.scaled_object()["metadata"]["name"]
+    wait("KEDA creates the HPA from our ScaledObject", c.api.hpa_obj, 120)  # when run alone
     resp = c.api.hpa.read_namespaced_horizontal_pod_autoscaler(
         f"keda-hpa-{name}", NS, _preload_content=False
     )
