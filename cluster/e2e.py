@@ -574,6 +574,21 @@ def create_inference_deployment(api: Api) -> None:
     )
 
 
+def research_filled(
+    c: Ctx, what: str = "research Jobs fill the {} free GPUs", timeout: float = 180
+) -> int:
+    """Wait until research Jobs fill what one inference replica leaves free (whole Jobs);
+    their GPUs. Scenarios that start from that state call it, so each also runs alone."""
+    headroom = c.pool_gpus - GPUS_PER_REPLICA
+    want = headroom // GPUS_PER_JOB * GPUS_PER_JOB
+    wait(
+        what.format(headroom),
+        lambda: c.api.running_gpus().get(f"{FULL}-research", 0) == want,
+        timeout,
+    )
+    return want
+
+
 def s1_low_load(c: Ctx) -> dict[str, Any]:
     c.farm.rps = LOW_RPS
     api = c.api
@@ -582,13 +597,7 @@ def s1_low_load(c: Ctx) -> dict[str, Any]:
     t_hpa = time.monotonic() - t0
     metric = h.spec.metrics[0].external.metric.name
     research_pc = f"{FULL}-research"
-    headroom = c.pool_gpus - GPUS_PER_REPLICA
-    want = headroom // GPUS_PER_JOB * GPUS_PER_JOB
-    wait(
-        f"research Jobs fill the {headroom} free GPUs",
-        lambda: api.running_gpus().get(research_pc, 0) == want,
-        180,
-    )
+    want = research_filled(c)
     t_fill = time.monotonic() - t0
     wait("the HPA computed its first answer", lambda: api.desired() == 1, 60)
     # Hold for a while: the HPA stays at minReplicas and research never over-fills.
@@ -616,6 +625,7 @@ def s1_low_load(c: Ctx) -> dict[str, Any]:
 def s2_ramp(c: Ctx) -> dict[str, Any]:
     api = c.api
     research_pc, inference_pc = f"{FULL}-research", f"{FULL}-inference"
+    research_filled(c)
     before = {p.metadata.uid: p.metadata.name for p in api.research_pods("Running")}
     t0 = time.monotonic()
     c.farm.rps = HIGH_RPS
@@ -671,11 +681,6 @@ def s3_scaler_down(c: Ctx) -> dict[str, Any]:
     gets an error for the metric and does not scale. Asserted: inference never shrinks, no
     research Job starts; then the scaler comes back and both resume."""
     api = c.api
-    replicas = api.deploy_replicas()
-    jobs_before = {j.metadata.name for j in api.jobs()}
-    c.scaler.kill()
-    t0 = time.monotonic()
-    c.farm.rps = LOW_RPS  # load falls while the scaler is away: nothing may shrink anyway
 
     def conditions() -> dict[str, tuple[str, str]]:
         so = api.scaled_object()
@@ -683,6 +688,18 @@ def s3_scaler_down(c: Ctx) -> dict[str, Any]:
             x["type"]: (x["status"], x.get("reason", ""))
             for x in so.get("status", {}).get("conditions", [])
         }
+
+    def reads_metric() -> bool:
+        return conditions().get("HPAActive", ("", ""))[1] not in ("", "FailedGetExternalMetric")
+
+    # The HPA must be reading our metric before the scaler goes (when run alone, it may
+    # still report the error it had before the scaler started).
+    wait("the HPA reads our metric", lambda: api.desired() and reads_metric(), 120, every=1)
+    replicas = api.deploy_replicas()
+    jobs_before = {j.metadata.name for j in api.jobs()}
+    c.scaler.kill()
+    t0 = time.monotonic()
+    c.farm.rps = LOW_RPS  # load falls while the scaler is away: nothing may shrink anyway
 
     wait(
         "the HPA reports it cannot get our metric",
@@ -707,7 +724,7 @@ def s3_scaler_down(c: Ctx) -> dict[str, Any]:
     t1 = time.monotonic()
     wait(
         "the HPA reads our metric again",
-        lambda: conditions().get("HPAActive", ("", ""))[1] != "FailedGetExternalMetric",
+        reads_metric,
         120,
         every=1,
     )
@@ -715,14 +732,8 @@ def s3_scaler_down(c: Ctx) -> dict[str, Any]:
     # Load fell to LOW_RPS meanwhile: the scaler gives GPUs back (after its scale-down
     # stabilization) and research takes them again: the preempted Jobs' Pending pods
     # schedule, and new Jobs start if slots exceed them.
-    research_pc = f"{FULL}-research"
-    research_down = api.running_gpus().get(research_pc, 0)
-    headroom = c.pool_gpus - GPUS_PER_REPLICA
-    wait(
-        f"research refills the {headroom} GPUs inference gave back",
-        lambda: api.running_gpus().get(research_pc, 0) == headroom // GPUS_PER_JOB * GPUS_PER_JOB,
-        300,
-    )
+    research_down = api.running_gpus().get(f"{FULL}-research", 0)
+    research_filled(c, "research refills the {} GPUs inference gave back", 300)
     return {
         "replicas_held": replicas,
         "min_replicas_while_down": min(mins),
@@ -752,11 +763,8 @@ def s4_upgrade(c: Ctx) -> dict[str, Any]:
     api = c.api
     # Waited for, not assumed from scenario 1, so that `--only 4-upgrade` runs alone.
     hpa = wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, 120)
-    running = wait(
-        "research Jobs run (the upgrade must keep them)",
-        lambda: {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0},
-        180,
-    )
+    research_filled(c)  # the upgrade must keep them
+    running = {j.metadata.uid for j in api.jobs() if (j.status.active or 0) > 0}
     target_before = hpa.spec.metrics[0].external.target.average_value
     t0 = time.monotonic()
     upgrade_and_reload(c, yaml.safe_dump(values(c.grpc_port, c.metrics_port, 2.0)))
