@@ -136,7 +136,21 @@ VALUES = st.one_of(
 LABEL_VALUES = st.text(alphabet=st.sampled_from(list('ab0 -_.:/"\\n\n{},=é')), max_size=12).map(
     lambda s: '"' + s + '"'
 )
-LABEL_NAMES = st.sampled_from(["engine", "model_name", "rank", "le", "1bad", "", "a b"])
+LABEL_NAMES = st.sampled_from(
+    [
+        "engine",
+        "model_name",
+        "rank",
+        "tp_rank",
+        "pp_rank",
+        "dp_rank",
+        "priority",
+        "le",
+        "1bad",
+        "",
+        "a b",
+    ]
+)
 # Bucket bounds as engines spell them, and as they must not ("NaN", unquoted garbage).
 LE_VALUES = st.sampled_from(
     ['"0.5"', '"1.0"', '"2"', '"+Inf"', '"Inf"', '"NaN"', '"-1"', '"1e3"', '"x"']
