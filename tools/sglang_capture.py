@@ -2,7 +2,8 @@
 
     python3 tools/vllm_peer.py build-model     # the venv (torch) and the tiny model
     .cache/vllm-venv/bin/python tools/sglang_capture.py --out tests/data/sglang-0.5.23 \
-        [--priority-scheduling] [--site .cache/sglang-site] [--model .cache/tiny-llama]
+        [--priority-scheduling] [--dp-size N] [--tp-size N [--all-schedulers]] [--pp-size N] \
+        [--site .cache/sglang-site] [--model .cache/tiny-llama]
 
 Run it with the vLLM venv's Python (it has torch and prometheus_client). SGLang and the
 few modules its import needs beyond that venv are installed into `--site` without their
@@ -17,9 +18,14 @@ scheduler's collector with `SchedulerMetricsCollector.init_new` and the tokenize
 `tokenizer_metric_labels()`, logs one `SchedulerStats` and a few requests through the
 calls `TokenizerManager.collect_metrics` makes, and renders the directory as the server's
 `/metrics` route does. Each scheduler logs in a child process of its own, as SGLang runs
-them, and the tokenizer in this one. One file with `--enable-priority-scheduling` (queue
-gauges then carry a per-priority breakdown beside the total), one without, one with two
-data-parallel schedulers (`--dp-size 2`: each its own queue, labelled `dp_rank`).
+them, and the tokenizer in this one; each placed by SGLang's own `spawn_world_rank` and
+logging only where SGLang's collector says it may. One file with
+`--enable-priority-scheduling` (queue gauges then carry a per-priority breakdown beside the
+total), one without, one with two data-parallel schedulers (`--dp-size 2`: each its own
+queue, labelled `dp_rank`), one with two pipeline stages (`--pp-size 2`: both log the
+engine's one queue, labelled `pp_rank`) and one with two TP ranks and
+`--enable-metrics-for-all-schedulers` (`--tp-size 2 --all-schedulers`: both log it,
+labelled `tp_rank`; without the flag only rank 0 logs, as in the default file).
 
 The numbers it logs are fixed (below), so the tests can assert what the scaler reads. A
 re-run writes the same lines up to the families' order and the value of the `pid` label
