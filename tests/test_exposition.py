@@ -186,22 +186,8 @@ def _g(labels: str, value: float) -> str:
             2,
             id="a-breakdown-of-another-engine-is-kept",
         ),
-    ],
-)
-def test_a_queue_gauge_s_priority_breakdown_is_not_summed(
-    lines: list[str], waiting: float, engines: int
-) -> None:
-    running = "".join(line.replace("num_queue_reqs", "num_running_reqs") for line in lines)
-    text = "# TYPE sglang:num_queue_reqs gauge\n" + "".join(lines) + running
-    s = read_sample(text, "sglang")
-    assert s is not None
-    assert (s.waiting, s.running, s.engines) == (waiting, waiting, engines)
-    assert s == read_sample_reference(text, "sglang")
-
-
-@pytest.mark.parametrize(
-    ("lines", "waiting", "engines"),
-    [
+        # SGLang logs one engine's queue from each pipeline stage (and from each TP rank
+        # with --enable-metrics-for-all-schedulers): copies of one queue, not queues to sum.
         pytest.param([_g('pp_rank="0",tp_rank="0"', 7)], 7.0, 1, id="one-rank"),
         pytest.param(
             [_g('pp_rank="0",tp_rank="0"', 7), _g('pp_rank="1",tp_rank="0"', 7)],
@@ -245,9 +231,9 @@ def test_a_queue_gauge_s_priority_breakdown_is_not_summed(
         ),
     ],
 )
-def test_one_engine_s_ranks_are_read_once(lines: list[str], waiting: float, engines: int) -> None:
-    """SGLang logs one engine's queue from each pipeline stage (and each TP rank with
-    `--enable-metrics-for-all-schedulers`): copies of one queue, not queues to sum."""
+def test_each_engine_s_queue_is_read_once(lines: list[str], waiting: float, engines: int) -> None:
+    """A queue gauge's priority breakdown is not summed with its total, nor one engine's
+    ranks with each other; separate engines (`dp_rank`, `model_name`) are."""
     running = "".join(line.replace("num_queue_reqs", "num_running_reqs") for line in lines)
     text = "# TYPE sglang:num_queue_reqs gauge\n" + "".join(lines) + running
     s = read_sample(text, "sglang")
