@@ -14,9 +14,9 @@ Decisions (documented in docs/ingestion.md, tested in tests/test_exposition.py):
 * A used sample that is NaN, ±Inf or negative -> ParseError: such a number cannot be load,
   and taking it as 0 would invent a zero. The target is failed for this scrape.
 * The same series (name + labels) twice -> ParseError (which one is true is unknowable).
+  The same family in two separate groups (out of order) is merged, series by series.
 * Series that differ only in SGLang's rank labels (`tp_rank`, `pp_rank`, `moe_ep_rank`)
   are one engine logged by several of its schedulers: read once (`_one_per_engine`).
-  The same family in two separate groups (out of order) is merged, series by series.
 * Lines of families we do not use are not validated: that is where the speed comes from.
 """
 
