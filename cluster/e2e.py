@@ -279,6 +279,15 @@ class Api:
         name = self.scaled_object()["metadata"]["name"]
         return self.hpa.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", NS)
 
+    def hpa_behavior(self) -> dict[str, Any]:
+        """The HPA's `spec.behavior` as the API server stored it, read as raw JSON: a client
+        model may not know a newer field (the tolerance)."""
+        name = self.scaled_object()["metadata"]["name"]
+        resp = self.hpa.read_namespaced_horizontal_pod_autoscaler(
+            f"keda-hpa-{name}", NS, _preload_content=False
+        )
+        return dict(json.loads(resp.data)["spec"]["behavior"])
+
     def desired(self) -> int | None:
         h = self.hpa_obj()
         return h.status.desired_replicas if h.status else None
@@ -574,6 +583,12 @@ def create_inference_deployment(api: Api) -> None:
     )
 
 
+def hpa_created(api: Api, timeout: float = 120) -> Any:
+    """Wait until KEDA has made the HPA from our ScaledObject; the HPA. Scenarios that read
+    it wait, not assume it from scenario 1, so that each also runs alone."""
+    return wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, timeout)
+
+
 def research_filled(
     c: Ctx, what: str = "research Jobs fill the {} free GPUs", timeout: float = 180
 ) -> int:
@@ -593,7 +608,7 @@ def s1_low_load(c: Ctx) -> dict[str, Any]:
     c.farm.rps = LOW_RPS
     api = c.api
     t0 = time.monotonic()
-    h = wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, 120)
+    h = hpa_created(api)
     t_hpa = time.monotonic() - t0
     metric = h.spec.metrics[0].external.metric.name
     research_pc = f"{FULL}-research"
@@ -761,8 +776,7 @@ def upgrade_and_reload(c: Ctx, values_yaml: str) -> None:
 
 def s4_upgrade(c: Ctx) -> dict[str, Any]:
     api = c.api
-    # Waited for, not assumed from scenario 1, so that `--only 4-upgrade` runs alone.
-    hpa = wait("KEDA creates the HPA from our ScaledObject", api.hpa_obj, 120)
+    hpa = hpa_created(api)
     # Some research running, which the upgrade must keep (not `research_filled`: in the
     # full run scenario 2 left inference at maxReplicas, so research holds less).
     running = wait(
@@ -788,13 +802,9 @@ def s4_upgrade(c: Ctx) -> dict[str, Any]:
 def s6_hpa_fields(c: Ctx) -> dict[str, Any]:
     """What the API server kept of the HPA KEDA built from our ScaledObject: the chart's
     behavior, and the tolerance (kept only with the HPAConfigurableTolerance gate, beta
-    and on by default in 1.35; read as raw JSON: a client model may not know the field)."""
-    name = c.api.scaled_object()["metadata"]["name"]
-    wait("KEDA creates the HPA from our ScaledObject", c.api.hpa_obj, 120)  # when run alone
-    resp = c.api.hpa.read_namespaced_horizontal_pod_autoscaler(
-        f"keda-hpa-{name}", NS, _preload_content=False
-    )
-    b = json.loads(resp.data)["spec"]["behavior"]
+    and on by default in 1.35)."""
+    hpa_created(c.api)
+    b = c.api.hpa_behavior()
     up, down = b["scaleUp"], b["scaleDown"]
     want_up = {("Percent", 100, 15), ("Pods", 4, 15)}
     got_up = {(p["type"], p["value"], p["periodSeconds"]) for p in up["policies"]}
@@ -2095,7 +2105,7 @@ def s10_give_back(c: Ctx) -> dict[str, Any]:
 def two_replicas_at_mid_load(c: Ctx) -> None:
     """Scenarios 14 and 15 start from the HPA holding 2 Running replicas for 20 s in a row
     at 5.5 req/s (at 7 req/s it went to 3 on its own at times)."""
-    wait("KEDA creates the HPA from our ScaledObject", c.api.hpa_obj, 120)  # when run alone
+    hpa_created(c.api)
     if (c.api.desired() or 0) > 2:
         # Down from maxReplicas (scenario 14 ends there) through the low load: at the
         # middle load the draining backlog kept asking for 3 for 171 s (and > 210 s: a
@@ -2283,13 +2293,9 @@ def hpa_tolerance_gate_off(out: Path) -> dict[str, Any]:
         sa_kubeconfig = service_account_kubeconfig(api, FULL, out / "kubeconfig-gate-off-sa")
         scaler = LocalScaler(config_file, sa_kubeconfig, out / "scaler-gate-off.log")
         scaler.start(metrics_port)
-        wait("KEDA creates the HPA", api.hpa_obj, 120)
-        name = api.scaled_object()["metadata"]["name"]
+        hpa_created(api)
         asked = api.scaled_object()["spec"]["advanced"]["horizontalPodAutoscalerConfig"]
-        resp = api.hpa.read_namespaced_horizontal_pod_autoscaler(
-            f"keda-hpa-{name}", NS, _preload_content=False
-        )
-        b = json.loads(resp.data)["spec"]["behavior"]
+        b = api.hpa_behavior()
         kept = {d: b[d].get("tolerance") for d in ("scaleUp", "scaleDown")}
         if any(v is not None for v in kept.values()):
             raise Failed(f"the gate is off but the HPA kept a tolerance: {kept}")
