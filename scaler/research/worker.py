@@ -70,7 +70,6 @@ EXIT_REDIS = 3
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 
-# Never handed to the command: it carries the Redis password.
 # Never handed to the command: the Redis credentials (the chart sets them from a Secret).
 _SECRET_ENV = ("GPS_REDIS_URL", "GPS_REDIS_PASSWORD", "GPS_REDIS_USERNAME")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
