@@ -338,6 +338,25 @@ def test_negative_reserve_rejected() -> None:
         split_pool(make_cfg([rc("a", 1)]), {}, Capacity(8), -1, ready_for_research=True)
 
 
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        pytest.param(lambda: Capacity(-1), "negative GPU count", id="negative-total"),
+        pytest.param(
+            lambda: Capacity(8, foreign_gpus=-1), "negative GPU count", id="negative-foreign"
+        ),
+        pytest.param(lambda: HarvestMeter(max_interval_seconds=0), "> 0", id="meter-zero-interval"),
+        pytest.param(
+            lambda: HarvestMeter(max_interval_seconds=-5), "> 0", id="meter-negative-interval"
+        ),
+    ],
+)
+def test_impossible_inputs_are_refused(make: Any, match: str) -> None:
+    # Each check on its own: a negative count would lend GPUs that do not exist.
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
 # --- harvest meter ---------------------------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -108,6 +108,39 @@ def test_resets_are_counted() -> None:
     for at, s in [(0, sample(10)), (5, sample(0)), (10, sample(5)), (15, sample(1, start=2.0))]:
         tracker.update("svc", eps, {A: ok(at, s)})
     assert tracker.resets("svc", A) == 2
+
+
+def _hist(*counts: float) -> tuple[tuple[float, float], ...]:
+    return tuple(zip((0.5, 1.0, 2.5, float("inf")), counts, strict=True))
+
+
+# A restart shows in any one of these alone (vLLM's multiprocess mode exports no start time;
+# an engine may export no token counters, or only the histograms an objective reads).
+RESTART_SIGNS = {
+    "start-time": (sample(start=1000.0), sample(start=1003.0)),
+    "prompt-counter": (sample(10, None, None, None), sample(5, None, None, None)),
+    "generation-counter": (sample(None, 10, None, None), sample(None, 5, None, None)),
+    "preemption-counter": (sample(None, None, 10, None), sample(None, None, 5, None)),
+    "ttft-histogram": (
+        replace(sample(None, None, None, None), ttft_buckets=_hist(4, 8, 9, 9)),
+        replace(sample(None, None, None, None), ttft_buckets=_hist(1, 1, 1, 1)),
+    ),
+    "itl-histogram": (
+        replace(sample(None, None, None, None), itl_buckets=_hist(40, 80, 90, 90)),
+        replace(sample(None, None, None, None), itl_buckets=_hist(1, 1, 1, 1)),
+    ),
+}
+
+
+@pytest.mark.parametrize("before, after", RESTART_SIGNS.values(), ids=RESTART_SIGNS.keys())
+def test_each_restart_sign_alone_counts_a_reset(before: EngineSample, after: EngineSample) -> None:
+    tracker = TargetTracker()
+    eps = [Endpoint(A, TargetPhase.SERVING)]
+    tracker.update("svc", eps, {A: ok(0, before)})
+    tracker.update("svc", eps, {A: ok(5, before)})
+    assert tracker.resets("svc", A) == 0  # the same counts again: no restart
+    tracker.update("svc", eps, {A: ok(10, after)})
+    assert tracker.resets("svc", A) == 1
 
 
 def test_long_gap_gives_no_rate_when_capped() -> None:

@@ -46,12 +46,11 @@ def _delta(prev: float | None, cur: float | None) -> float | None:
 def _tokens_delta(prev: EngineSample, cur: EngineSample) -> float | None:
     dp = _delta(prev.prompt_tokens_total, cur.prompt_tokens_total)
     dg = _delta(prev.generation_tokens_total, cur.generation_tokens_total)
-    if dp is None and dg is None:
+    if dp is None or dg is None:
+        # Not exported, or one counter appeared or vanished between scrapes: the sum is not
+        # comparable.
         return None
-    if (dp is None) != (dg is None):
-        # One counter appeared or vanished between scrapes: the sum is not comparable.
-        return None
-    return (dp or 0.0) + (dg or 0.0)
+    return dp + dg
 
 
 @dataclass(slots=True)
