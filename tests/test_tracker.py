@@ -220,3 +220,16 @@ def test_scrape_outcome_changes_are_logged_once_each(caplog: pytest.LogCaptureFi
         ("INFO", "scrape recovered"),
     ]
     assert all((svc, tgt) == ("svc", A) for _, _, svc, tgt in lines)
+
+
+def test_a_service_s_updates_keep_the_others_log_state(caplog: pytest.LogCaptureFixture) -> None:
+    """Forgetting targets (one service's removed ones, or a removed service) touches no other
+    service: a target still failing elsewhere is not announced again."""
+    caplog.set_level(logging.INFO, logger="scaler.targets")
+    tracker = TargetTracker()
+    other = [Endpoint(B, TargetPhase.SERVING)]
+    tracker.update("other", other, {B: failed(0, B)})
+    tracker.update("svc", [Endpoint(A, TargetPhase.SERVING)], {A: ok(0, sample())})
+    tracker.forget_service("gone")
+    tracker.update("other", other, {B: failed(5, B)})
+    assert [(vars(r)["service"], r.levelname) for r in caplog.records] == [("other", "WARNING")]
