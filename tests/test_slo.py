@@ -182,7 +182,10 @@ def test_non_cumulative_histogram_drops_only_the_slo_measurement() -> None:
 
 
 def sample(ttft: Buckets | None, start: float = 1000.0) -> EngineSample:
-    return EngineSample(0.0, 4.0, 0.2, 0.2, 100.0, 100.0, 0.0, start, ttft_buckets=ttft)
+    # The ITL histogram moves with the TTFT one here: both take the same path in the tracker.
+    return EngineSample(
+        0.0, 4.0, 0.2, 0.2, 100.0, 100.0, 0.0, start, ttft_buckets=ttft, itl_buckets=ttft
+    )
 
 
 def ok(address: str, at: float, s: EngineSample) -> ScrapeResult:
@@ -230,7 +233,7 @@ def test_tracker_histogram_deltas(
         else:
             results = {"a:1": ok("a:1", at, s)}
         (state,) = tracker.update("chat", ep, results)
-        assert state.ttft_delta == expected, f"t={at}"
+        assert (state.ttft_delta, state.itl_delta) == (expected, expected), f"t={at}"
         if expected is not None:  # the interval since the previous good sample
             assert state.delta_s is not None and state.delta_s >= 5.0
 
