@@ -64,6 +64,10 @@ CASES = {
         [state("a", 3), state("b", 99, phase=TargetPhase.STARTING)],
         dict(ready=1, starting=1, unhealthy=0, waiting=3, complete=True, current=2),
     ),
+    "exactly-stale-after-is-still-fresh": (  # only *older* data is missing data
+        [state("a", 4, at=NOW - STALE), state("b", 5, at=NOW - STALE - 0.001)],
+        dict(ready=1, unhealthy=1, waiting=4, complete=False),
+    ),
     "fresh-despite-latest-error": (  # last good sample still within staleAfterSeconds
         [state("a", 7, at=NOW - 10, error="timeout after 2s")],
         dict(ready=1, waiting=7, complete=True),
@@ -83,7 +87,18 @@ def test_aggregate(states: list[TargetState] | None, expected: dict[str, object]
             assert got == want, field
 
 
-def test_reason_names_the_failing_targets() -> None:
-    states = [state(f"10.0.0.{i}:8000", at=None, error="HTTP 500") for i in range(7)]
+@pytest.mark.parametrize(
+    ("failing", "reason_end"),
+    [
+        pytest.param(1, "10.0.0.0:8000: HTTP 500", id="one"),
+        pytest.param(5, "10.0.0.4:8000: HTTP 500", id="five-all-named"),
+        pytest.param(7, "10.0.0.4:8000: HTTP 500 (+2 more)", id="seven-five-named"),
+    ],
+)
+def test_reason_names_the_failing_targets_only(failing: int, reason_end: str) -> None:
+    states = [state(f"10.0.0.{i}:8000", at=None, error="HTTP 500") for i in range(failing)]
+    states += [state("ok:8000", 1), state("new:8000", phase=TargetPhase.STARTING, at=None)]
     load = aggregate("svc", states, NOW, STALE)
-    assert "10.0.0.0:8000: HTTP 500" in load.reason and "(+2 more)" in load.reason
+    assert load.reason.startswith("10.0.0.0:8000: HTTP 500") and load.reason.endswith(reason_end)
+    assert load.reason.count("HTTP 500") == min(failing, 5)
+    assert "ok:8000" not in load.reason and "new:8000" not in load.reason

@@ -316,7 +316,7 @@ def test_changed_slot_length_starts_over() -> None:
 # --- the research limit ----------------------------------------------------------------
 
 
-def cfg() -> Any:
+def cfg(pretrain_max_jobs: int = 32) -> Any:
     return parse_config(
         {
             "pool": {"name": "p", "capacity": {"gpus": 64}},
@@ -327,6 +327,7 @@ def cfg() -> Any:
                 {
                     "name": "pretrain",
                     "gpusPerJob": 8,
+                    "maxJobs": pretrain_max_jobs,
                     "priority": 2,
                     "checkpointIntervalSeconds": 1800,
                 },
@@ -384,6 +385,23 @@ def test_withhold_only_lowers_research(
     assert pool.inference_gpus == 32  # the forecast never takes GPUs from inference
     if withheld:
         assert "forecast withholds" in research["pretrain"].reason
+
+
+def test_a_shorter_class_limit_counts_the_longer_classes_jobs() -> None:
+    """pretrain (1800 s) may hold 2 Jobs = 16 GPUs; finetune's limit (1200 s) leaves 32 − 24 = 8
+    GPUs lendable for both together: pretrain's 16 already exceed it, so finetune gets none."""
+    c = cfg(pretrain_max_jobs=2)
+    pool, research = split_pool(
+        c,
+        {"chat": decision(8)},
+        Capacity(64),
+        0,
+        ready_for_research=True,
+        withhold={"finetune": 24},
+    )
+    assert {k: v.slots for k, v in research.items()} == {"pretrain": 2, "finetune": 0, "eval": 0}
+    assert pool.forecast_withheld_gpus == 16  # finetune's 4 Jobs x 4 GPUs
+    assert "inference needs 24 more GPU(s) within its 1200 s" in research["finetune"].reason
 
 
 RECENT = {
