@@ -150,6 +150,8 @@ QUEUE_CASES = [
     pytest.param(QueueRead(3), 3, 28, "capped at 3 queued item(s)", id="fewer-items-than-slots"),
     pytest.param(QueueRead(0), 0, 30, "capped at 0 queued item(s)", id="empty-queue-no-job"),
     pytest.param(QueueRead(500), 8, 26, "capped at maxJobs 8", id="more-items-than-maxJobs"),
+    pytest.param(QueueRead(8), 8, 26, "capped at maxJobs 8", id="as-many-items-as-maxJobs"),
+    pytest.param(QueueRead(7), 7, 26, "capped at 7 queued item(s)", id="one-item-below-maxJobs"),
     pytest.param(
         QueueRead(None, "cannot reach Redis"),
         0,
