@@ -31,6 +31,7 @@ from scaler.core.slo import (
     SloEntry,
     bin_edge,
     bin_of,
+    breached,
     capacity_from,
     learn,
     measure,
@@ -942,3 +943,26 @@ def test_stale_data_keeps_the_slo_memory() -> None:
     assert not d.fresh and d.desired is not None and st.desired is not None
     assert d.desired >= st.desired
     assert after.slo_window == st.slo_window and after.learned == st.learned
+
+
+# The TTFT side met (100 of 100 within 1 s) in every case; what the ITL side adds.
+# (inter-token objective, the cycle's ITL histogram, ITL attainment measured, breached)
+ITL_CASES = [
+    pytest.param(1.0, hist(900, 1000, 1000, 1000, 1000), 1.0, False, id="met"),
+    pytest.param(1.0, hist(400, 500, 1000, 1000, 1000), 0.5, True, id="missed-alone-breaches"),
+    # e.g. the engine's ITL histogram failed validation this cycle: no reading, no breach
+    pytest.param(1.0, None, None, False, id="objective-without-histogram"),
+    pytest.param(None, hist(0, 0, 0, 0, 1000), None, False, id="histogram-without-objective"),
+]
+
+
+@pytest.mark.parametrize(("itl_s", "itl", "attainment", "breach"), ITL_CASES)
+def test_inter_token_objective(
+    itl_s: float | None, itl: Buckets | None, attainment: float | None, breach: bool
+) -> None:
+    svc = make_svc(itlSeconds=itl_s)
+    assert svc.slo is not None
+    load = make_load(hist(100, 100, 100, 100, 100), 20.0, itl=itl)
+    m = measure(observe(svc.slo, load, (), 5.0), 0)
+    assert (m.attainment, m.itl_attainment) == (1.0, attainment)
+    assert breached(svc.slo, m) is breach
