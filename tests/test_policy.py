@@ -138,6 +138,10 @@ def test_queue_replicas(waiting: float, replicas: int, threshold: float, expecte
         pytest.param(25, 272, 15, 16.13, 13, id="running-above-learned-batch-is-a-lower-bound"),
         pytest.param(41, 349, 15, 16.13, 15, id="lower-bound-not-used-inside-band"),
         pytest.param(80, 272, 15, 16.13, 17, id="breach-counts-learned-batch-352-over-21.1"),
+        # The zone edges, as without a batch: threshold x replicas waiting is not yet short
+        # (100 / 15 would ask 7), half of it still holds (14 / 15 would ask 1).
+        pytest.param(20, 80, 4, 10, 4, id="at-threshold-holds"),
+        pytest.param(10, 4, 4, 10, 4, id="at-half-threshold-holds"),
     ],
 )
 def test_queue_replicas_with_learned_batch(
@@ -171,6 +175,9 @@ def test_queue_need_is_the_loads_not_the_replica_counts(
     [
         pytest.param({"ready": 8, "waiting": 44.0, "running": 256.0}, None, 32.0, id="queue"),
         pytest.param({"ready": 8, "waiting": 4.0, "running": 100.0}, 32.0, 32.0, id="blip-keeps"),
+        pytest.param(
+            {"ready": 8, "waiting": 20.0, "running": 256.0}, None, 32.0, id="at-the-hold-level"
+        ),
         pytest.param({"ready": 8, "waiting": 0.0, "running": 40.0}, None, None, id="idle-none"),
         pytest.param({"ready": 0, "waiting": 50.0, "running": 0.0}, 7.0, 7.0, id="no-ready"),
     ],
