@@ -785,6 +785,9 @@ def test_abstaining_signal_blocks_scale_down_not_scale_up() -> None:
         pytest.param(13, 12, 0.0, 13, id="tolerance-0-passes"),
         pytest.param(12, 12, 0.0, 12, id="tolerance-0-holds-equal"),
         pytest.param(3, 0, 0.1, 3, id="from-zero"),
+        # |1 - ratio| <= tolerance keeps the count (replica_calculator.go): both edges inclusive
+        pytest.param(11, 10, 0.1, 10, id="ratio-exactly-1+tolerance-swallowed"),
+        pytest.param(9, 10, 0.1, 10, id="ratio-exactly-1-tolerance-swallowed"),
     ],
 )
 def test_hpa_replicas(value: int, current: int, tolerance: float, expected: int) -> None:
