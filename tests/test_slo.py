@@ -28,6 +28,7 @@ from scaler.core.policy import PolicyState, decide, format_decision
 from scaler.core.slo import (
     MAX_BIN,
     Learned,
+    Measure,
     SloEntry,
     bin_edge,
     bin_of,
@@ -39,6 +40,7 @@ from scaler.core.slo import (
     scale_down_missed,
     verdict,
 )
+from scaler.core.slo import _misses as slo_misses
 from scaler.core.tracker import TargetTracker
 from tests.support.exposition import SGLANG_TTFT_BOUNDS, sglang_exposition
 from tests.support.paths import FIXTURES
@@ -966,3 +968,44 @@ def test_inter_token_objective(
     m = measure(observe(svc.slo, load, (), 5.0), 0)
     assert (m.attainment, m.itl_attainment) == (1.0, attainment)
     assert breached(svc.slo, m) is breach
+
+
+# At 0.99 with the default minRequests (100): (good, total, a miss?)
+MISS_CASES = [
+    pytest.param(99, 100, False, id="exactly-the-objective-is-met"),
+    pytest.param(98, 100, True, id="below-with-enough-requests"),
+    pytest.param(49, 50, False, id="few-requests-misses-within-what-100-allow"),
+    pytest.param(48, 50, True, id="few-requests-more-misses-than-100-allow"),
+    pytest.param(0, 0, False, id="no-requests"),
+]
+
+
+@pytest.mark.parametrize(("good", "total", "miss"), MISS_CASES)
+def test_what_counts_as_a_miss(good: float, total: float, miss: bool) -> None:
+    svc = make_svc()
+    assert svc.slo is not None and svc.slo.min_requests == 100
+    assert slo_misses(svc.slo, good, total) is miss
+
+
+def test_exactly_the_objective_is_no_breach() -> None:
+    svc = make_svc(itlSeconds=0.1)
+    assert svc.slo is not None
+    at = Measure(attainment=0.99, requests=100, rps=1.0, per_replica=0.1, itl_attainment=0.99)
+    assert not breached(svc.slo, at)
+
+
+@pytest.mark.parametrize(
+    ("rps", "kept"),
+    [
+        pytest.param(3.0, 3.0, id="rate"),
+        pytest.param(0.0, 0.0, id="idle-is-a-rate"),
+        pytest.param(math.nan, None, id="nan"),
+        pytest.param(math.inf, None, id="inf"),
+        pytest.param(-1.0, None, id="negative"),
+    ],
+)
+def test_a_garbage_request_rate_is_no_rate(rps: float, kept: float | None) -> None:
+    svc = make_svc()
+    assert svc.slo is not None
+    (entry,) = observe(svc.slo, make_load(hist(1, 1, 1, 1, 1), rps), (), 5.0)
+    assert entry.rps == kept
