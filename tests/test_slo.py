@@ -1009,3 +1009,12 @@ def test_a_garbage_request_rate_is_no_rate(rps: float, kept: float | None) -> No
     assert svc.slo is not None
     (entry,) = observe(svc.slo, make_load(hist(1, 1, 1, 1, 1), rps), (), 5.0)
     assert entry.rps == kept
+
+
+def test_the_window_keeps_what_is_younger_than_windowSeconds() -> None:
+    svc = make_svc()  # windowSeconds 300
+    assert svc.slo is not None
+    load = make_load(hist(1, 1, 1, 1, 1), 1.0)
+    w = observe(svc.slo, load, (), 0.0)
+    w = observe(svc.slo, load, w, 1.0)
+    assert [e.t for e in observe(svc.slo, load, w, 300.0)] == [1.0, 300.0]  # 0.0 is 300 s old
