@@ -14,6 +14,7 @@ from scaler.core.load import ServiceLoad
 from scaler.core.policy import (
     PolicyState,
     Smoothed,
+    _cold_start_cap,
     decide,
     format_decision,
     hpa_replicas,
@@ -541,6 +542,22 @@ def test_growing_backlog_during_cold_start_is_not_a_new_surge() -> None:
     assert [d.desired for d in ds] == [6, 6, 6, 12]
     q = by_signal(ds[2])["queue"]
     assert q.replicas == 6 and "cold start" in q.note
+
+
+# Raised to 6 at t=0 with 30 waiting; coldStartSeconds 180. (now, ready, backlog cap)
+COLD_START_CAP = [
+    pytest.param(179.9, 2, 30.0, id="loading"),
+    pytest.param(180.0, 2, None, id="cold-start-over-exactly"),
+    pytest.param(100.0, 5, 30.0, id="one-asked-replica-not-serving"),
+    pytest.param(100.0, 6, None, id="every-asked-replica-serves"),
+]
+
+
+@pytest.mark.parametrize(("now", "ready", "cap"), COLD_START_CAP)
+def test_cold_start_cap_edges(now: float, ready: int, cap: float | None) -> None:
+    raised = PolicyState(desired=6, updated_at=0.0, raised_at=0.0, waiting_at_raise=30.0)
+    assert _cold_start_cap(make_svc(), make_load(ready=ready), raised, now) == cap
+    assert _cold_start_cap(make_svc(), make_load(ready=ready), None, now) is None
 
 
 def test_backlog_counts_again_once_the_new_replicas_serve() -> None:
