@@ -430,6 +430,22 @@ def test_scale_down_window_and_steps(
     assert got == expected
 
 
+def test_a_hold_for_the_window_does_not_restart_the_step_timer() -> None:
+    """Stepped 4 -> 3 at t=105; an ask of 3 (from t=100) stays in the 100-s window until
+    t=200 and holds 3. That hold is not a step: at t=201 the window asks 2 and the last step
+    was 96 s ago (> stepSeconds 60), so it steps at once."""
+    svc = make_svc(
+        scale_down={"stabilizationSeconds": 100, "maxStepReplicas": 1, "stepSeconds": 60}
+    )
+    st = settled_at(svc, 4)
+    asks3, asks2 = low(ready=4, kv_usage_mean=0.6), low(ready=4, kv_usage_mean=0.4)
+    on3 = low(ready=3, kv_usage_mean=0.5)  # asks 2 once the pods followed the step
+    ds, _ = run(svc, [(5, asks3), (100, asks3), (105, asks2), (170, on3), (201, on3)], st)
+    assert [d.recommended for d in ds] == [3, 3, 2, 2, 2]
+    assert [d.desired for d in ds] == [4, 4, 3, 3, 2]
+    assert "recommendation 3 within the last 100 s" in ds[3].reason
+
+
 def test_one_high_recommendation_restarts_the_window() -> None:
     svc = make_svc()
     st = settled_at(svc, 8)
