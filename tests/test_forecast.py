@@ -38,6 +38,7 @@ def days_of(pattern: list[int], n_days: float, fc: Forecast = FC, start: float =
 
 
 RAMP = [2] * 8 + [4, 8, 12, 12, 12, 12, 12, 12, 10, 8, 6, 4] + [2] * 4  # 24 hourly values
+PEAK_AT_8 = [2] * 8 + [12] + [2] * 15
 
 
 def test_history_is_bounded() -> None:
@@ -61,6 +62,8 @@ PREDICT: dict[str, tuple[History | None, float, float, int | None, str]] = {
     "one-day-predicts-the-ramp-ahead": (days_of(RAMP, 1), 7.6 * 3600, 1800, 4, "1.0 days"),
     "horizon-reaches-further-up": (days_of(RAMP, 1), 7.6 * 3600, 3 * 3600, 12, "within 10800"),
     "quiet-hours-predict-quiet": (days_of(RAMP, 3), 2 * 3600, 1800, 2, "3.0 days"),
+    # every slot the horizon touches, not only its two ends (07:36 and 10:36 need 2)
+    "a-peak-inside-the-horizon": (days_of(PEAK_AT_8, 1), 7.6 * 3600, 3 * 3600, 12, "within"),
 }
 
 
@@ -257,6 +260,32 @@ def test_a_day_unlike_the_others_falls_back_to_reactive() -> None:
     for s in range(8 * 6, 11 * 6):
         h2 = record(h2, FC, today + s * 600, RAMP[s // 6])
     assert predict(h2, FC, today + 11 * 3600, 1800).replicas == 12
+
+
+# Today from 08:00 observed as {slots: replicas needed}; at 11:00 (fitHours 2) the
+# forecast of the RAMP history is used or not. (observed, replicas, words in the note)
+FIT = {
+    "needing-none-is-quieter-than-the-history": ({range(48, 66): 0}, None, "does not fit"),
+    "the-fit-reads-fitHours-not-the-last-slot": (
+        {range(48, 65): 2, range(65, 66): 12},  # quiet until 10:50, as the history after
+        None,
+        "does not fit",
+    ),
+    "the-same-hours-as-the-history": ({range(48, 66): -1}, 12, "days of history"),
+}
+
+
+@pytest.mark.parametrize(("observed", "replicas", "note"), FIT.values(), ids=FIT.keys())
+def test_today_is_fitted_over_its_last_fit_hours(
+    observed: dict[range, int], replicas: int | None, note: str
+) -> None:
+    h = days_of(RAMP, 3)
+    today = MON + 3 * DAY
+    for slots, need in observed.items():
+        for s in slots:  # -1: what the history needed there
+            h = record(h, FC, today + s * 600, RAMP[s // 6] if need < 0 else need)
+    p = predict(h, FC, today + 11 * 3600, 1800)
+    assert p.replicas == replicas and note in p.note
 
 
 def test_prediction_is_the_median_day_not_the_peak_of_peaks() -> None:
