@@ -17,6 +17,7 @@ from scaler.core.accounting import Capacity
 from scaler.core.cycle import CycleInput, CycleState, step
 from scaler.core.decision import Decision
 from scaler.core.load import EngineSample, TargetPhase, TargetState
+from scaler.core.slo import MAX_BIN
 from scaler.ingest.state_store import KEY, ConfigMapStateStore, FileStateStore
 from tests.support.kubeapi import FakeKubeAPI
 
@@ -209,6 +210,86 @@ IGNORED = {
 @pytest.mark.parametrize(("text", "why"), IGNORED.values(), ids=IGNORED.keys())
 def test_untrusted_state_is_ignored_with_a_reason(text: str, why: str) -> None:
     st, line = memory.restore(text, config(), 100.0, EPOCH + 60.0 * 30)
+    assert st is None
+    assert line.startswith("state ignored: ") and why in line
+
+
+NOW_WALL = EPOCH + 60.0 * 30  # restore's wall clock in these tables; saved 60 s before
+# Values at the edge of what the loader accepts: read, not refused (one past each edge is
+# in IGNORED above or below). (document, words in the restore line)
+AT_THE_EDGE = {
+    "highest-load-bin-all-within": (
+        saved(services__chat__policy__learned__bins=[[MAX_BIN, 3.0, 3.0]]),
+        "policy memory of 1 service(s)",
+    ),
+    "lowest-load-bin-no-requests": (
+        saved(services__chat__policy__learned__bins=[[0, 0.0, 0.0]]),
+        "policy memory of 1 service(s)",
+    ),
+    "capacity-source-of-500": (
+        saved(services__chat__policy__learned__source="x" * 500),
+        "policy memory of 1 service(s)",
+    ),
+    "window-asked-zero": (
+        saved(services__chat__policy__window=[[NOW_WALL - 90, 0]]),
+        "policy memory of 1 service(s)",
+    ),
+    "rate-swing-weight-1-begun-just-now": (
+        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 60, 0.0, 1.0]),
+        "policy memory of 1 service(s)",
+    ),
+    "raised-one-second-ahead": (  # clocks of two processes may differ by that much
+        saved(services__chat__policy__raisedAt=NOW_WALL + 1.0),
+        "policy memory of 1 service(s)",
+    ),
+    "saved-at-the-clock-skew-allowed": (
+        saved(savedAt=NOW_WALL + 300.0),
+        "policy memory of 1 service(s)",
+    ),
+    "policy-exactly-an-hour-old": (
+        saved(savedAt=NOW_WALL - 3600.0),
+        "policy memory of 1 service(s)",
+    ),
+    "policy-an-hour-and-a-second-old": (
+        saved(savedAt=NOW_WALL - 3601.0),
+        "policy memory too old (3601 s > 3600 s), not used",
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "why"), AT_THE_EDGE.values(), ids=AT_THE_EDGE.keys())
+def test_state_at_the_edge_of_the_accepted_is_read(text: str, why: str) -> None:
+    st, line = memory.restore(text, config(), 100.0, NOW_WALL)
+    assert st is not None, line
+    assert line.startswith("state restored") and why in line
+
+
+IGNORED_PAST_THE_EDGE = {
+    "load-bin-past-the-highest": (
+        saved(services__chat__policy__learned__bins=[[MAX_BIN + 1, 1.0, 1.0]]),
+        "bins[0] is out of range",
+    ),
+    "rate-swing-weight-above-1": (
+        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 60, 0.0, 1.01]),
+        "rateSwing is out of range",
+    ),
+    "rate-swing-ends-before-it-begins": (
+        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 61, 0.0, 1.0]),
+        "rateSwing is out of range",
+    ),
+    "raised-more-than-a-second-ahead": (
+        saved(services__chat__policy__raisedAt=NOW_WALL + 1.01),
+        "chat.raisedAt is in the future",
+    ),
+    "saved-past-the-clock-skew-allowed": (saved(savedAt=NOW_WALL + 301.0), "in the future"),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"), IGNORED_PAST_THE_EDGE.values(), ids=IGNORED_PAST_THE_EDGE.keys()
+)
+def test_state_past_the_edge_is_ignored(text: str, why: str) -> None:
+    st, line = memory.restore(text, config(), 100.0, NOW_WALL)
     assert st is None
     assert line.startswith("state ignored: ") and why in line
 
