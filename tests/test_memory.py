@@ -282,6 +282,14 @@ IGNORED_PAST_THE_EDGE = {
         "chat.raisedAt is in the future",
     ),
     "saved-past-the-clock-skew-allowed": (saved(savedAt=NOW_WALL + 301.0), "in the future"),
+    "forecast-slot-below-unobserved": (
+        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [-2] * 144}),
+        "holds -2",
+    ),
+    "forecast-slot-a-boolean": (
+        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [True] * 144}),
+        "holds True",
+    ),
 }
 
 
@@ -292,6 +300,18 @@ def test_state_past_the_edge_is_ignored(text: str, why: str) -> None:
     st, line = memory.restore(text, config(), 100.0, NOW_WALL)
     assert st is None
     assert line.startswith("state ignored: ") and why in line
+
+
+def test_the_forecast_history_restores_the_days_it_keeps() -> None:
+    """The days within historyDays up to today; older ones and days ahead of the clock
+    (a document from another clock) are dropped, as `forecast.record` would."""
+    cfg = config()
+    today, keep = int(NOW_WALL // 86400), cfg.pool.forecast.historyDays
+    days = [today - keep, today - keep + 1, today, today + 1]
+    text = saved(services__chat__forecast__days={str(d): [-1] * 143 + [3] for d in days})
+    st, line = memory.restore(text, cfg, 100.0, NOW_WALL)
+    assert st is not None, line
+    assert sorted(st.forecast["chat"].days) == [today - keep + 1, today]
 
 
 def test_keys_of_earlier_versions_are_ignored() -> None:
