@@ -512,11 +512,13 @@ def test_a_service_can_opt_out_of_the_pools_forecast() -> None:
         t = targets(i)
         inp = CycleInput(c, {"chat": t, "batch": t}, Capacity(64), 60.0 * i, calendar=MON + 60 * i)
         d, state = step(inp, state)
+        assert d.seq == i // 2 + 1  # each cycle's decision is newer (StreamIsActive waits on it)
         for name, sd in d.services.items():
             seen[name] |= {v.signal for v in sd.signals}
             notes[name].add(sd.forecast_note)
     assert "forecast" in seen["chat"] and "forecast" not in seen["batch"]
     assert notes["batch"] == {"off for this service (forecast: false): reactive only"}
+    assert not any("off for this service" in n for n in notes["chat"])
     assert set(state.forecast) == {"chat"}
 
 
