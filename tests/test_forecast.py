@@ -482,6 +482,13 @@ def test_research_gate_holds_back_gpus_a_recent_burst_used() -> None:
         h2 = record(record(None, FC, now - 1200, peak), FC, now, 8)
         got = _withhold(c, {"chat": decision(8)}, {"chat": h2}, {"chat": FC}, now)
         assert got == {"pretrain": gpus, "finetune": gpus}, peak
+    # A peak above maxReplicas: inference can take back no more than maxReplicas.
+    top = c.inference[0].maxReplicas
+    h3 = record(record(None, FC, now - 1200, top + 50), FC, now, 8)
+    got = _withhold(c, {"chat": decision(8)}, {"chat": h3}, {"chat": FC}, now)
+    assert got == {"pretrain": (top - 8) * 4, "finetune": (top - 8) * 4}
+    # No wall clock this cycle (the calendar unknown): no day to read, nothing withheld.
+    assert _withhold(c, {"chat": decision(8)}, {"chat": h}, {"chat": FC}, None) == {}
 
 
 def test_a_service_can_opt_out_of_the_pools_forecast() -> None:
