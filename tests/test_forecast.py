@@ -288,6 +288,19 @@ def test_today_is_fitted_over_its_last_fit_hours(
     assert p.replicas == replicas and note in p.note
 
 
+def test_a_slot_that_needed_none_predicts_none() -> None:
+    """0 is an observation (the service idled), not a gap (-1): it predicts 0, both from the
+    same weekday a week before and from the last days."""
+    h: History | None = None
+    for d in range(7):  # the Monday needed nothing, the other days 6
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, 0 if d == 0 else 6)
+    p = predict(h, FC, MON + 7 * DAY + 12 * 3600, 0)
+    assert p.replicas == 0 and "the same weekday of past weeks" in p.note
+    p = predict(days_of([0] * 24, 3), FC, MON + 3 * DAY + 12 * 3600, 0)
+    assert p.replicas == 0 and "the last 3 weekdays" in p.note
+
+
 def test_prediction_is_the_median_day_not_the_peak_of_peaks() -> None:
     # Three days whose 10:00 slot needed 4, 12 and 6: the median (6), not the peak (12).
     h: History | None = None
