@@ -319,6 +319,7 @@ async def test_metric_spec_without_config_or_data_is_unavailable() -> None:
     ("age", "stale"),
     [
         pytest.param(29.0, False, id="within-staleAfterSeconds"),
+        pytest.param(30.0, False, id="exactly-staleAfterSeconds"),  # as data: older is stale
         pytest.param(31.0, True, id="older"),
     ],
 )
