@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
-from scaler.config import Config
+from scaler.config import Config, parse_config
 from scaler.core.decision import Decision, ServiceDecision
 from scaler.serve.grpc_api import ExternalScalerServicer
 from scaler.serve.metrics import ScalerMetrics
@@ -112,6 +112,9 @@ async def test_keda_prefixed_metric_name_is_accepted(h: Harness) -> None:
         ),
         pytest.param(
             {"service": "chat", "activationThreshold": "2.5"}, True, id="inference-3-above-2.5"
+        ),
+        pytest.param(
+            {"service": "chat", "activationThreshold": "0"}, True, id="inference-3-above-0-given"
         ),
         pytest.param({"researchClass": "eval"}, True, id="research-5-slots"),
         # research: always active, its 0 included (KEDA's ScaledJob `min` skips inactive ones)
@@ -377,12 +380,52 @@ async def test_stream_is_active_sends_now_and_on_every_change(h: Harness) -> Non
     h.snapshots.publish(decision(4, svc("chat", 1)))
     third = await asyncio.wait_for(it.__anext__(), 5)
     assert third.result is False
+    h.snapshots.publish(decision(5, svc("chat", None)))  # no data: nothing is sent ...
+    h.snapshots.publish(decision(6, svc("chat", 5)))
+    fourth = await asyncio.wait_for(it.__anext__(), 5)
+    assert fourth.result is True  # ... so the next message is this change, not a made-up false
     call.cancel()
     for _ in range(100):
         if h.open_streams() == 0:
             break
         await asyncio.sleep(0.02)
     assert h.open_streams() == 0
+
+
+def _config_without(service: str | None = None, research: str | None = None) -> Config:
+    d = CONFIG.model_dump(exclude_unset=True)
+    d["inference"] = [s for s in d["inference"] if s["name"] != service]
+    d["research"] = [r for r in d["research"] if r["name"] != research]
+    return parse_config(d)
+
+
+@pytest.mark.parametrize(
+    ("md", "gone", "other"),
+    [
+        pytest.param(
+            {"service": "chat"}, {"service": "chat"}, {"research": "eval"}, id="inference"
+        ),
+        pytest.param(
+            {"researchClass": "eval"}, {"research": "eval"}, {"service": "chat"}, id="research"
+        ),
+    ],
+)
+async def test_a_stream_ends_when_its_own_trigger_leaves_the_config(
+    h: Harness, md: dict[str, str], gone: dict[str, str], other: dict[str, str]
+) -> None:
+    call = h.stub.StreamIsActive(ref(**md))
+    it = call.__aiter__()
+    assert (await asyncio.wait_for(it.__anext__(), 5)).result is True
+    # Another trigger's service or class removed by a reload: this stream goes on.
+    h.snapshots.publish(replace(decision(2, svc("chat", 3)), config=_config_without(**other)))
+    for _ in range(25):
+        await asyncio.sleep(0.02)
+        assert h.open_streams() == 1
+    h.snapshots.publish(replace(decision(3, svc("chat", 3)), config=_config_without(**gone)))
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await asyncio.wait_for(it.__anext__(), 5)
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "was removed from the config" in (exc.value.details() or "")
 
 
 async def test_stream_with_bad_metadata_fails_with_invalid_argument(h: Harness) -> None:
