@@ -11,7 +11,7 @@ import pytest
 
 from scaler.core.load import ScrapeJob
 from scaler.ingest.http1 import LeanHTTP1Transport
-from scaler.ingest.scrape import Scraper
+from scaler.ingest.scrape import PerTargetTransport, Scraper
 from tests.support.paths import FIXTURES
 
 REAL = (FIXTURES / "metrics_after_load.txt").read_bytes()
@@ -249,3 +249,24 @@ async def test_idle_connections_of_vanished_targets_are_closed(
         now[0] = 61.0
         await c.get(f"http://{addr_a}/metrics")
         assert len(transport) == 1  # b's idle connection was closed
+
+
+async def test_idle_pools_of_vanished_https_targets_are_closed(
+    raw: Callable[..., RawServer],
+) -> None:
+    """The same for the per-target pools https targets use (plain http here: the pool
+    bookkeeping does not depend on the scheme)."""
+    now = [0.0]
+    a, b = raw(lambda n: ok()), raw(lambda n: ok())
+    addr_a, addr_b = await a.start(), await b.start()
+    transport = PerTargetTransport(idle_evict_s=60, clock=lambda: now[0])
+    async with httpx.AsyncClient(transport=transport) as c:
+        await c.get(f"http://{addr_a}/metrics")
+        await c.get(f"http://{addr_b}/metrics")
+        assert len(transport) == 2
+        now[0] = 60.0
+        await c.get(f"http://{addr_a}/metrics")
+        assert len(transport) == 2  # b idle exactly 60 s: not yet
+        now[0] = 121.0
+        await c.get(f"http://{addr_a}/metrics")
+        assert len(transport) == 1  # only the target just scraped keeps a pool
