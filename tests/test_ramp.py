@@ -36,7 +36,24 @@ OBSERVE = {
     "no-rate-keeps-the-averages": (RateTrend(0.0, 10.0, 8.0), None, 5.0, RateTrend(0.0, 10.0, 8.0)),
     "nan-is-no-rate": (RateTrend(0.0, 10.0, 8.0), math.nan, 5.0, RateTrend(0.0, 10.0, 8.0)),
     "negative-is-no-rate": (RateTrend(0.0, 10.0, 8.0), -1.0, 5.0, RateTrend(0.0, 10.0, 8.0)),
+    "inf-is-no-rate": (RateTrend(0.0, 10.0, 8.0), math.inf, 5.0, RateTrend(0.0, 10.0, 8.0)),
+    "zero-is-a-rate": (  # an idle service's rate falls; it is not a missing reading
+        RateTrend(0.0, 10.0, 10.0),
+        0.0,
+        60.0,
+        RateTrend(60.0, 10.0 * math.exp(-60.0 / SHORT_S), 10.0 * math.exp(-60.0 / LONG_S)),
+    ),
     "no-rate-and-no-history-is-nothing": (None, None, 5.0, None),
+    "a-gap-of-exactly-GAP_S-still-folds": (
+        RateTrend(0.0, 10.0, 10.0),
+        20.0,
+        GAP_S,
+        RateTrend(
+            GAP_S,
+            10.0 + 10.0 * (1 - math.exp(-GAP_S / SHORT_S)),
+            10.0 + 10.0 * (1 - math.exp(-GAP_S / LONG_S)),
+        ),
+    ),
     "a-gap-starts-afresh": (
         RateTrend(0.0, 10.0, 8.0),
         30.0,
@@ -112,6 +129,7 @@ VERDICTS = {
     "rising-slower-than-the-threshold": (lambda s: 10.0 * 2 ** (s / 14400), 1.0, 7200.0, None),
     "steep-but-the-signal-is-off": (lambda s: 10.0 * 2 ** (s / 1200), 1.0, 0.0, None),
     "steep-but-no-capacity-learned": (lambda s: 10.0 * 2 ** (s / 1200), None, 7200.0, None),
+    "steep-but-a-zero-capacity": (lambda s: 10.0 * 2 ** (s / 1200), 0.0, 7200.0, None),
     "a-10-s-burst-of-three-times-the-rate": (
         lambda s: 30.0 if 3590 <= s < 3600 else 10.0,
         1.0,
@@ -146,6 +164,30 @@ def test_verdict(
         assert v.replicas == math.ceil(MAX_FACTOR * trend.short / capacity - 1e-9)
 
 
+@pytest.mark.parametrize(
+    ("trend", "growth"),
+    [
+        pytest.param(RateTrend(0.0, 20.0, 10.0), math.log(2.0) / (LONG_S - SHORT_S), id="doubled"),
+        pytest.param(RateTrend(0.0, 0.0, 10.0), None, id="short-zero"),
+        pytest.param(RateTrend(0.0, 10.0, 0.0), None, id="long-zero"),
+    ],
+)
+def test_growth(trend: RateTrend, growth: float | None) -> None:
+    assert trend.growth == (None if growth is None else pytest.approx(growth))
+
+
+@pytest.mark.parametrize(
+    ("swing", "typical"),
+    [
+        pytest.param(RateSwing(0.0, WARM_S - 1, 0.1, 0.2), None, id="not-warm-yet"),
+        pytest.param(RateSwing(0.0, WARM_S, 0.1, 0.2), 0.5, id="warm-exactly"),
+        pytest.param(RateSwing(0.0, WARM_S, 0.0, 0.0), None, id="no-weight"),
+    ],
+)
+def test_typical_swing(swing: RateSwing, typical: float | None) -> None:
+    assert swing.typical == (None if typical is None else pytest.approx(typical))
+
+
 # (previous, the averages now, now, expected): |ln(short / long)| folded in by the time since.
 _F = 1 - math.exp(-60.0 / SWING_S)
 SWINGS = {
@@ -166,6 +208,18 @@ SWINGS = {
         RateTrend(10.0, 0.0, 3.0),
         10.0,
         RateSwing(0.0, 5.0, 0.1, 0.2),
+    ),
+    "a-zero-long-average-keeps-the-swing": (
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+        RateTrend(10.0, 3.0, 0.0),
+        10.0,
+        RateSwing(0.0, 5.0, 0.1, 0.2),
+    ),
+    "the-same-time-again-keeps-the-swing": (
+        RateSwing(0.0, 100.0, 0.1, 0.2),
+        RateTrend(100.0, 20.0, 10.0),
+        100.0,
+        RateSwing(0.0, 100.0, 0.1, 0.2),
     ),
     "weighted-by-the-time-since": (
         RateSwing(0.0, 100.0, 0.1, 0.2),
