@@ -163,6 +163,46 @@ async def test_size_cap_applies_to_the_decoded_body_without_content_length() -> 
     assert res.outcome == "too_large"
 
 
+async def _stream(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+# The size cap at its edge, declared up front (Content-Length) and streamed (none):
+# (max_body_bytes minus the body's length, streamed, outcome)
+SIZE_EDGES = [
+    pytest.param(0, False, "ok", id="declared-exactly-the-cap"),
+    pytest.param(-1, False, "too_large", id="declared-one-byte-over"),
+    pytest.param(0, True, "ok", id="streamed-exactly-the-cap"),
+    pytest.param(-1, True, "too_large", id="streamed-one-byte-over"),
+]
+
+
+@pytest.mark.parametrize(("slack", "streamed", "outcome"), SIZE_EDGES)
+async def test_size_cap_edges(slack: int, streamed: bool, outcome: str) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=_stream(REAL) if streamed else REAL)
+
+    async with _mock(handler) as client:
+        scraper = Scraper(client, timeout_s=1, max_body_bytes=len(REAL) + slack)
+        (res,) = await scraper.scrape_all([ScrapeJob("t:1")])
+    assert res.outcome == outcome, res.error
+
+
+async def test_one_target_scraped_alone_has_the_cycle_budget_and_its_duration(
+    exposition_server: Callable[..., ExpositionServer],
+) -> None:
+    """`scrape` outside `scrape_all` (no deadline given) gets the cycle's budget from now
+    (a real server: the request suspends), and the result's duration is what the injected
+    clock saw between start and end."""
+    server = exposition_server(lambda: (200, REAL))
+    ticks = iter([100.0, 102.5])
+    async with make_client(_cfg()) as client:
+        res = await Scraper(client, timeout_s=1, clock=lambda: next(ticks)).scrape(
+            ScrapeJob(server.address)
+        )
+    assert (res.outcome, res.at, res.duration_s) == ("ok", 102.5, 2.5), res.error
+
+
 async def test_bearer_token_file_is_sent_and_rotation_is_picked_up(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("first\n")
