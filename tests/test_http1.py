@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -233,33 +234,29 @@ async def test_non_get_and_https_use_the_fallback() -> None:
     assert seen == ["POST http", "GET https"]
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(
+            lambda clock: LeanHTTP1Transport(
+                httpx.AsyncHTTPTransport(), idle_evict_s=60, clock=clock
+            ),
+            id="plain-http-connections",
+        ),
+        # https targets' per-target pools (plain http here: the bookkeeping is the same)
+        pytest.param(
+            lambda clock: PerTargetTransport(idle_evict_s=60, clock=clock),
+            id="per-target-pools",
+        ),
+    ],
+)
 async def test_idle_connections_of_vanished_targets_are_closed(
-    raw: Callable[..., RawServer],
+    raw: Callable[..., RawServer], make: Callable[[Callable[[], float]], Any]
 ) -> None:
     now = [0.0]
     a, b = raw(lambda n: ok()), raw(lambda n: ok())
     addr_a, addr_b = await a.start(), await b.start()
-    transport = LeanHTTP1Transport(
-        httpx.AsyncHTTPTransport(), idle_evict_s=60, clock=lambda: now[0]
-    )
-    async with httpx.AsyncClient(transport=transport) as c:
-        await c.get(f"http://{addr_a}/metrics")
-        await c.get(f"http://{addr_b}/metrics")
-        assert len(transport) == 2
-        now[0] = 61.0
-        await c.get(f"http://{addr_a}/metrics")
-        assert len(transport) == 1  # b's idle connection was closed
-
-
-async def test_idle_pools_of_vanished_https_targets_are_closed(
-    raw: Callable[..., RawServer],
-) -> None:
-    """The same for the per-target pools https targets use (plain http here: the pool
-    bookkeeping does not depend on the scheme)."""
-    now = [0.0]
-    a, b = raw(lambda n: ok()), raw(lambda n: ok())
-    addr_a, addr_b = await a.start(), await b.start()
-    transport = PerTargetTransport(idle_evict_s=60, clock=lambda: now[0])
+    transport = make(lambda: now[0])
     async with httpx.AsyncClient(transport=transport) as c:
         await c.get(f"http://{addr_a}/metrics")
         await c.get(f"http://{addr_b}/metrics")
@@ -269,4 +266,4 @@ async def test_idle_pools_of_vanished_https_targets_are_closed(
         assert len(transport) == 2  # b idle exactly 60 s: not yet
         now[0] = 121.0
         await c.get(f"http://{addr_a}/metrics")
-        assert len(transport) == 1  # only the target just scraped keeps a pool
+        assert len(transport) == 1  # b's idle connection was closed
