@@ -252,6 +252,66 @@ def test_bad_config_names_file_and_key(path: str, value: object, needle: str) ->
     assert needle in msg
 
 
+WEEK = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+# Each cross-field limit at equality, and each range at its end: accepted (one past each is
+# in BAD above or in PAST_THE_EDGE below). (id, [(path, value), ...])
+AT_THE_EDGE = [
+    ("min-equals-max-replicas", [("inference.0.minReplicas", 3), ("inference.0.maxReplicas", 3)]),
+    ("timeout-equals-interval", [("scrape", {"intervalSeconds": 2, "timeoutSeconds": 2})]),
+    ("stale-equals-interval", [("scrape", {"intervalSeconds": 10, "staleAfterSeconds": 10})]),
+    (
+        "timeout-plus-late-equals-stale",
+        [("scrape", {"timeoutSeconds": 2, "lateAnswerSeconds": 28, "staleAfterSeconds": 30})],
+    ),
+    ("min-history-equals-history", [("pool.forecast", {"historyDays": 3, "minHistoryDays": 3})]),
+    ("min-samples-equals-samples", [("pool.giveBack", {"samples": 20, "minSamples": 20})]),
+    ("state-file-alone", [("server", {"stateFile": "/tmp/s.json"})]),
+    ("inference-only", [("research", [])]),
+    ("research-only", [("inference", [])]),
+    ("six-weekend-days", [("pool.forecast", {"weekendDays": WEEK[:6]})]),
+    ("static-ports-1-and-65535", [("inference.0.targets", {"static": ["a:1", "b:65535"]})]),
+]
+
+PAST_THE_EDGE = [
+    (
+        "static-port-0",
+        "inference.0.targets",
+        {"static": ["a:0"]},
+        "static[0] 'a:0' is not host:port",
+    ),
+    (
+        "static-port-65536",
+        "inference.0.targets",
+        {"static": ["a:65536"]},
+        "static[0] 'a:65536' is not host:port",
+    ),
+    ("seven-weekend-days", "pool.forecast", {"weekendDays": WEEK}, "all seven days"),
+    ("nothing-to-scale", "inference", [], "nothing to scale"),
+]
+
+
+@pytest.mark.parametrize("edits", [e[1] for e in AT_THE_EDGE], ids=[e[0] for e in AT_THE_EDGE])
+def test_config_at_the_edge_is_accepted(edits: list[tuple[str, object]]) -> None:
+    data = base()
+    for path, value in edits:
+        _set(data, path, value)
+    parse_config(data, "pool.yaml")  # no ConfigError
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "needle"), [e[1:] for e in PAST_THE_EDGE], ids=[e[0] for e in PAST_THE_EDGE]
+)
+def test_config_past_the_edge_is_refused(path: str, value: object, needle: str) -> None:
+    data = base()
+    _set(data, path, value)
+    if path == "inference":
+        data["research"] = []
+    with pytest.raises(ConfigError, match=r"^pool\.yaml: ") as exc:
+        parse_config(data, "pool.yaml")
+    assert needle in str(exc.value)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
