@@ -213,18 +213,26 @@ def test_foreign_pods_ignored_when_off_and_required_when_on() -> None:
         capacity_from_nodes(NODES, None, ncfg(subtractForeignPods=True), pool_name=POOL)
 
 
-def test_pod_request_with_sidecars() -> None:
-    pod = make_pod("p", node="n1", gpus=1)
+@pytest.mark.parametrize(
+    ("app", "sidecar", "init", "effective"),
+    [
+        pytest.param(1, 1, 2, 3, id="init-with-the-sidecar-before-it-dominates"),  # 1 + 2
+        pytest.param(4, 1, 2, 5, id="app-with-the-sidecar-dominates"),  # 4 + 1
+    ],
+)
+def test_pod_request_with_sidecars(app: int, sidecar: int, init: int, effective: int) -> None:
+    """max(Σ app + Σ sidecars, max over init containers of its request + the sidecars
+    started before it), as kube-scheduler computes it."""
+    pod = make_pod("p", node="n1", gpus=app)
     pod["spec"]["initContainers"] = [
         {
             "name": "side",
             "restartPolicy": "Always",
-            "resources": {"requests": {"nvidia.com/gpu": "1"}},
+            "resources": {"requests": {"nvidia.com/gpu": str(sidecar)}},
         },
-        {"name": "init", "resources": {"requests": {"nvidia.com/gpu": "2"}}},
+        {"name": "init", "resources": {"requests": {"nvidia.com/gpu": str(init)}}},
     ]
-    # max(app 1 + sidecar 1, sidecar 1 + init 2) = 3
-    assert pod_request(pod, "nvidia.com/gpu") == 3
+    assert pod_request(pod, "nvidia.com/gpu") == effective
 
 
 # --- label selectors -------------------------------------------------------------------
@@ -260,6 +268,7 @@ def test_label_selector_rejects(text: str) -> None:
 
 def test_static_capacity() -> None:
     assert StaticCapacity(64).current() == Capacity(64, detail="static 64 GPUs")
+    assert StaticCapacity(0).current().total_gpus == 0  # a pool emptied on purpose
     with pytest.raises(ValueError):
         StaticCapacity(-1)
 

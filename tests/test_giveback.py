@@ -184,6 +184,13 @@ PODS = {
     # deleted while still starting: it leaves at once, no measure of a running job's exit
     "still-starting": ([deleting_pod("s", "2026-12-04T12:10:00Z", phase="Pending")], {}),
     "no-grace": ([deleting_pod("g", "2026-12-04T12:10:00Z", grace=None)], {}),
+    # a force delete (grace 0): requested at the deletionTimestamp itself
+    "zero-grace": (
+        [deleting_pod("g", "2026-12-04T12:10:00Z", grace=0)],
+        {"uid-g": 1_796_386_200.0},
+    ),
+    "negative-grace": ([deleting_pod("g", "2026-12-04T12:10:00Z", grace=-1)], {}),
+    "boolean-grace": ([deleting_pod("g", "2026-12-04T12:10:00Z", grace=True)], {}),
     "bad-timestamp": ([deleting_pod("b", "soon")], {}),
     "no-timezone": ([deleting_pod("z", "2026-12-04T12:10:00")], {}),
 }
