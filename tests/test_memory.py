@@ -141,6 +141,7 @@ def saved(**patch: Any) -> str:
     return json.dumps(doc)
 
 
+NOW_WALL = EPOCH + 60.0 * 30  # restore's wall clock in these tables; saved 60 s before
 IGNORED = {
     "not-json": ("{oops", "not JSON"),
     "foreign-kind": (saved(kind="something/else"), "kind 'something/else'"),
@@ -204,19 +205,44 @@ IGNORED = {
         saved(services__chat__policy__learned__source="x" * 501),
         "learned.source is not a printable string of at most 500",
     ),
+    # one past each edge that AT_THE_EDGE below reads
+    "load-bin-past-the-highest": (
+        saved(services__chat__policy__learned__bins=[[MAX_BIN + 1, 1.0, 1.0]]),
+        "bins[0] is out of range",
+    ),
+    "rate-swing-weight-above-1": (
+        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 60, 0.0, 1.01]),
+        "rateSwing is out of range",
+    ),
+    "rate-swing-ends-before-it-begins": (
+        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 61, 0.0, 1.0]),
+        "rateSwing is out of range",
+    ),
+    "raised-more-than-a-second-ahead": (
+        saved(services__chat__policy__raisedAt=NOW_WALL + 1.01),
+        "chat.raisedAt is in the future",
+    ),
+    "saved-past-the-clock-skew-allowed": (saved(savedAt=NOW_WALL + 301.0), "in the future"),
+    "forecast-slot-below-unobserved": (
+        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [-2] * 144}),
+        "holds -2",
+    ),
+    "forecast-slot-a-boolean": (
+        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [True] * 144}),
+        "holds True",
+    ),
 }
 
 
 @pytest.mark.parametrize(("text", "why"), IGNORED.values(), ids=IGNORED.keys())
 def test_untrusted_state_is_ignored_with_a_reason(text: str, why: str) -> None:
-    st, line = memory.restore(text, config(), 100.0, EPOCH + 60.0 * 30)
+    st, line = memory.restore(text, config(), 100.0, NOW_WALL)
     assert st is None
     assert line.startswith("state ignored: ") and why in line
 
 
-NOW_WALL = EPOCH + 60.0 * 30  # restore's wall clock in these tables; saved 60 s before
 # Values at the edge of what the loader accepts: read, not refused (one past each edge is
-# in IGNORED above or below). (document, words in the restore line)
+# in IGNORED above). (document, words in the restore line)
 AT_THE_EDGE = {
     "highest-load-bin-all-within": (
         saved(services__chat__policy__learned__bins=[[MAX_BIN, 3.0, 3.0]]),
@@ -262,44 +288,6 @@ def test_state_at_the_edge_of_the_accepted_is_read(text: str, why: str) -> None:
     st, line = memory.restore(text, config(), 100.0, NOW_WALL)
     assert st is not None, line
     assert line.startswith("state restored") and why in line
-
-
-IGNORED_PAST_THE_EDGE = {
-    "load-bin-past-the-highest": (
-        saved(services__chat__policy__learned__bins=[[MAX_BIN + 1, 1.0, 1.0]]),
-        "bins[0] is out of range",
-    ),
-    "rate-swing-weight-above-1": (
-        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 60, 0.0, 1.01]),
-        "rateSwing is out of range",
-    ),
-    "rate-swing-ends-before-it-begins": (
-        saved(services__chat__policy__rateSwing=[NOW_WALL - 60, NOW_WALL - 61, 0.0, 1.0]),
-        "rateSwing is out of range",
-    ),
-    "raised-more-than-a-second-ahead": (
-        saved(services__chat__policy__raisedAt=NOW_WALL + 1.01),
-        "chat.raisedAt is in the future",
-    ),
-    "saved-past-the-clock-skew-allowed": (saved(savedAt=NOW_WALL + 301.0), "in the future"),
-    "forecast-slot-below-unobserved": (
-        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [-2] * 144}),
-        "holds -2",
-    ),
-    "forecast-slot-a-boolean": (
-        saved(services__chat__forecast__days={str(int(EPOCH // 86400)): [True] * 144}),
-        "holds True",
-    ),
-}
-
-
-@pytest.mark.parametrize(
-    ("text", "why"), IGNORED_PAST_THE_EDGE.values(), ids=IGNORED_PAST_THE_EDGE.keys()
-)
-def test_state_past_the_edge_is_ignored(text: str, why: str) -> None:
-    st, line = memory.restore(text, config(), 100.0, NOW_WALL)
-    assert st is None
-    assert line.startswith("state ignored: ") and why in line
 
 
 def test_the_forecast_history_restores_the_days_it_keeps() -> None:
