@@ -10,6 +10,7 @@ tests/test_real_vllm.py builds. Nothing here is skipped: without them this test 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -61,13 +62,17 @@ def test_sglang_s_collectors_write_the_vendored_capture(
     """tests/data/sglang-0.5.23 (read by test_exposition) is what the pinned SGLang writes
     today, and the scaler reads each queue once (the priority breakdown not summed, each
     data-parallel rank's queue summed, one engine's pipeline stages and TP ranks read once)."""
+    scratch = tmp_path / "tmp"  # the tool's TMPDIR: its multiprocess directory goes here
+    scratch.mkdir()
     run = subprocess.run(
         [venv_python, str(CAPTURE), "--out", str(tmp_path), *flags],
         capture_output=True,
         text=True,
         timeout=1200,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    assert list(scratch.glob("sglang-metrics-*")) == []  # removed, not left in /tmp
     text = (tmp_path / name).read_text()
     assert _lines(text) == _lines((SGLANG_CAPTURES / name).read_text())
     s = read_sample(text, "sglang", ttft=True, itl=True)

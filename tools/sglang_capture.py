@@ -164,10 +164,16 @@ def log_scheduler(model: str, layout: Layout, dp_rank: int, pp_rank: int, tp_ran
 
 
 def capture(model: str, site: Path, layout: Layout) -> str:
+    """The `/metrics` body, from a multiprocess directory that is removed afterwards (one
+    per run: a kept one would leak into /tmp on every test run)."""
+    with tempfile.TemporaryDirectory(prefix="sglang-metrics-") as multiproc:
+        return _render(model, site, layout, multiproc)
+
+
+def _render(model: str, site: Path, layout: Layout, multiproc: str) -> str:
     """The server's processes: one scheduler per (data-parallel rank, pipeline stage, TP
     rank) (child processes, as SGLang runs them), the tokenizer (this one), then the
     `/metrics` route's rendering."""
-    multiproc = tempfile.mkdtemp(prefix="sglang-metrics-")
     # Set before prometheus_client is imported: SGLang's own order (its comment says so).
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = multiproc
     for dp in range(layout.dp_size):
