@@ -274,17 +274,19 @@ class Api:
         )["items"]
         return dict(so)
 
+    def hpa_name(self) -> str:
+        """KEDA's name for the HPA of our ScaledObject: `keda-hpa-<ScaledObject name>`."""
+        return f"keda-hpa-{self.scaled_object()['metadata']['name']}"
+
     def hpa_obj(self) -> Any:
-        """The HPA KEDA made for our ScaledObject (`keda-hpa-<ScaledObject name>`)."""
-        name = self.scaled_object()["metadata"]["name"]
-        return self.hpa.read_namespaced_horizontal_pod_autoscaler(f"keda-hpa-{name}", NS)
+        """The HPA KEDA made for our ScaledObject."""
+        return self.hpa.read_namespaced_horizontal_pod_autoscaler(self.hpa_name(), NS)
 
     def hpa_behavior(self) -> dict[str, Any]:
         """The HPA's `spec.behavior` as the API server stored it, read as raw JSON: a client
         model may not know a newer field (the tolerance)."""
-        name = self.scaled_object()["metadata"]["name"]
         resp = self.hpa.read_namespaced_horizontal_pod_autoscaler(
-            f"keda-hpa-{name}", NS, _preload_content=False
+            self.hpa_name(), NS, _preload_content=False
         )
         return dict(json.loads(resp.data)["spec"]["behavior"])
 
