@@ -35,6 +35,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -767,6 +768,8 @@ def orchestrate(args: argparse.Namespace, argv: list[str]) -> int:
                 p.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 p.kill()
+        # The scaler's log was shown if it failed to start; nothing else here is kept.
+        shutil.rmtree(tmp, ignore_errors=True)
     load_after = os.getloadavg()
 
     lat = sorted(x for r in results for x in r["latencies"])
