@@ -502,6 +502,22 @@ CAPACITY: dict[str, tuple[dict[int, tuple[float, float]], float | None]] = {
         bin_edge(b(0.2)),
     ),
     "cumulative-below-objective-fails": ({b(0.2): (985, 1000)}, bin_edge(b(0.2)) * 0.9),
+    # A bin with exactly `minRequests` that held is a reading (one fewer proves nothing).
+    "exactly-min-requests-that-held-counts": (
+        {b(0.2): (100, 100), b(0.8): (900, 1000)},
+        bin_edge(b(0.2)),
+    ),
+    # Exactly the objective is met, in a bin and in all requests up to it.
+    "exactly-the-objective-holds": (
+        {b(0.2): (990, 1000), b(0.8): (900, 1000)},
+        bin_edge(b(0.2)),
+    ),
+    # One miss in each of two small bins is within what each allows alone; together they
+    # are 98 of 100, below the objective: the second bin fails on the requests up to it.
+    "misses-each-allowed-alone-fail-together": (
+        {b(0.2): (59, 60), b(0.5): (39, 40)},
+        bin_edge(b(0.5)) * 0.9,
+    ),
 }
 
 
@@ -513,6 +529,24 @@ def test_capacity_from_attainment_by_load(
     assert slo is not None
     got = capacity_from(slo, bins)
     assert got == (None if expected is None else pytest.approx(expected))
+
+
+def test_measure_since_counts_the_entry_at_that_time() -> None:
+    w = entries(3, 90, 100, 2.0, 10)  # at 0, 5 and 10 s
+    assert measure(w, 0, since=5.0).requests == 200
+    assert measure(w, 0, since=5.000001).requests == 100
+
+
+def test_learn_bins_nothing_from_a_cycle_without_ready_replicas_or_requests() -> None:
+    """Requests counted while no replica is ready (one still draining), or a cycle with
+    none: no load to bin them at; the bins are as before and nothing is divided by zero."""
+    svc = make_svc()
+    bins = ((b(0.3), 1000.0, 1000.0),)
+    for last in (SloEntry(60.0, 40.0, 50.0, 3.0, 0), SloEntry(60.0, 0.0, 0.0, 3.0, 5)):
+        w = (*entries(12, 100, 100, 3.0, 10), last)
+        prev = Learned(capacity_rps=0.5, changed_at=0.0, bins=bins, binned_at=60.0)
+        got = learn(svc, make_load(None, None, ready=last.ready), w, prev, None, 60.0)
+        assert got.bins == bins and got.capacity_rps == 0.5
 
 
 def test_bins_are_log_spaced_and_bounded() -> None:
@@ -548,6 +582,12 @@ RAISED: dict[str, tuple[tuple[tuple[int, float, float], ...], float | None, floa
     # The objective now holds at 0.9 req/s per replica (1000 requests), no bin fails: the
     # old reading of 0.5 is stale; the capacity is at least the bin that held.
     "held-above-the-reading-raises-it": (((b(0.9), 1000.0, 1000.0),), 0.5, bin_edge(b(0.9))),
+    # Held with exactly `minRequests` above it is enough (this cycle's 100 at 0.3 too).
+    "held-with-exactly-min-requests-raises-it": (
+        ((b(0.9), 100.0, 100.0),),
+        0.5,
+        bin_edge(b(0.9)),
+    ),
     # Held only below the reading: it stays (never lowered for lack of evidence).
     "held-below-the-reading-keeps-it": (((b(0.3), 1000.0, 1000.0),), 0.5, 0.5),
     # The bin that held at the reading fades below `minRequests` (decay) while misses stay
@@ -614,6 +654,10 @@ SCALE_DOWN_MISSED: dict[str, tuple[tuple[SloEntry, ...], tuple[float, float] | N
     "the-scale-down-met-the-objective": ((*HELD, *seg(4, 100, 42.0, 19, 40.0)), None),
     "no-scale-down-in-the-window": (seg(12, 93, 42.0, 20, 0.0), None),
     "a-scale-up-that-missed": ((*seg(8, 100, 42.0, 19, 0.0), *seg(4, 93, 42.0, 20, 40.0)), None),
+    "the-count-before-met-the-objective-exactly": (
+        (*seg(8, 99, 42.0, 20, 0.0), *seg(4, 93, 42.0, 19, 40.0)),
+        (2.1, 42.0 / 19),
+    ),
     "the-count-before-missed-too": (
         (*seg(8, 98, 42.0, 20, 0.0), *seg(4, 93, 42.0, 19, 40.0)),
         None,
