@@ -288,6 +288,55 @@ def test_today_is_fitted_over_its_last_fit_hours(
     assert p.replicas == replicas and note in p.note
 
 
+# History at one level all day (3 days), today 09:00-11:00 at another; at 11:00 (fitHours 2):
+# (history, today, maxErrorFraction, replicas, words in the note). A day quieter by at most
+# one replica, or by exactly maxErrorFraction, fits and is scaled to its level.
+FIT_EDGES = {
+    "one-replica-quieter-is-within-noise": (2, 1, 0.35, 1, "scaled to today's level (50%"),
+    "quieter-by-exactly-maxErrorFraction-fits": (8, 6, 0.25, 6, "(75% of the history): 6"),
+    "quieter-by-more-does-not-fit": (8, 5, 0.25, None, "does not fit"),
+}
+
+
+@pytest.mark.parametrize(
+    ("level", "today_level", "fraction", "replicas", "note"),
+    FIT_EDGES.values(),
+    ids=FIT_EDGES.keys(),
+)
+def test_the_fit_s_edges(
+    level: int, today_level: int, fraction: float, replicas: int | None, note: str
+) -> None:
+    fc = FC.model_copy(update={"maxErrorFraction": fraction})
+    h = days_of([level] * 24, 3, fc)
+    today = MON + 3 * DAY
+    for s in range(9 * 6, 11 * 6):
+        h = record(h, fc, today + s * 600, today_level)
+    p = predict(h, fc, today + 11 * 3600, 1800)
+    assert p.replicas == replicas and note in p.note, p.note
+
+
+def test_the_last_days_are_the_last_three_of_their_kind() -> None:
+    """Without the same weekday in the history, a weekday comes from the last three
+    weekdays, not from every weekday kept (the older ones, here quieter, are older news)."""
+    h: History | None = None
+    for d in (0, 1, 2, 3, 7, 8, 9, 10):  # Mon-Thu of two weeks; no Friday, no weekend
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, 12 if d >= 8 and s == 72 else 2)
+    p = predict(h, FC, MON + 11 * DAY + 12 * 3600, 0)  # Friday noon
+    assert p.replicas == 12 and p.note.endswith("from the last 3 weekdays)"), p.note
+
+
+def test_today_s_early_slots_predict_tomorrow_s() -> None:
+    """Near midnight the horizon reaches tomorrow's first slot: today's own first slot (long
+    observed) is one of the last three days, as yesterday's is."""
+    h: History | None = None
+    for d in range(4):  # Mon-Thu; 00:00 needed 12 on Wednesday and Thursday, 2 before
+        for s in range(144):
+            h = record(h, FC, MON + d * DAY + s * 600, 12 if d >= 2 and s == 0 else 2)
+    p = predict(h, FC, MON + 3 * DAY + DAY - 300, 600)  # Thursday 23:55, 10 minutes ahead
+    assert p.replicas == 12, p.note
+
+
 def test_a_slot_that_needed_none_predicts_none() -> None:
     """0 is an observation (the service idled), not a gap (-1): it predicts 0, both from the
     same weekday a week before and from the last days."""
