@@ -105,12 +105,19 @@ UNREAD_CASES = [
     pytest.param(None, "queue.urlFile", id="no-url-file"),
     pytest.param("", "is empty", id="empty-url-file"),
     pytest.param("http://example.com", "is not a Redis URL", id="not-a-redis-url"),
+    # redis-py alone would read database 0 (the workers' here: a count, of the wrong queue).
+    pytest.param("path:/O", "'/O' is not a database number", id="database-path-not-a-number"),
+    pytest.param(b"\xff\xfe", "cannot read: 'utf-8' codec", id="url-file-not-utf-8"),
 ]
 
 
 @pytest.mark.parametrize(("case", "words"), UNREAD_CASES)
 async def test_an_unread_queue_gives_the_reason_never_a_count(
-    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue, case: str | None, words: str
+    tmp_path: Path,
+    redis_server: RedisServer,
+    queue: WorkQueue,
+    case: str | bytes | None,
+    words: str,
 ) -> None:
     queue.submit("train", {"N": "1"})
     url = redis_server.url
@@ -118,14 +125,42 @@ async def test_an_unread_queue_gives_the_reason_never_a_count(
         url = url.replace(PASSWORD, "nope")
     elif case == "stopped":
         redis_server.stop()
-    elif case is not None:
+    elif isinstance(case, str) and case.startswith("path:"):
+        url = url.rsplit("/", 1)[0] + case.removeprefix("path:")
+    elif isinstance(case, str):
         url = case
     path = url_file(tmp_path, url) if case is not None else tmp_path / "missing"
+    if isinstance(case, bytes):
+        path.write_bytes(case)
     depth = RedisQueueDepth()
     read = (await depth.read(cfg_with(path)))["train"]
     assert read.items is None
     assert read.error is not None and words in read.error
     assert PASSWORD not in read.error and "nope" not in read.error
+    depth.close()
+
+
+async def test_an_unread_queue_is_logged_once_per_reason_and_when_read_again(
+    tmp_path: Path, redis_server: RedisServer, queue: WorkQueue, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue.submit("train", {"N": "1"})
+    path = url_file(tmp_path, redis_server.url.replace(PASSWORD, "nope"))
+    depth = RedisQueueDepth()
+    cfg = cfg_with(path)
+    with caplog.at_level(logging.INFO, logger="scaler.research.depth"):
+        for _ in range(3):  # every cycle unread, one line
+            assert (await depth.read(cfg))["train"].items is None
+        url_file(tmp_path, redis_server.url)
+        for _ in range(2):
+            assert (await depth.read(cfg))["train"].items == 1
+        url_file(tmp_path, "")
+        assert (await depth.read(cfg))["train"].items is None
+    lines = [r.getMessage() for r in caplog.records if "work queue" in r.getMessage()]
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("work queue unread, class gets 0 slots: ")
+    assert "refused the credentials" in lines[0] and "nope" not in lines[0]
+    assert lines[1] == "work queue read again (1 items)"
+    assert lines[2].startswith("work queue unread") and "is empty" in lines[2]
     depth.close()
 
 
@@ -332,7 +367,8 @@ async def test_the_secret_is_read_again_each_minute_and_kept_when_that_fails(
 ) -> None:
     now = [0.0]
     secrets = Secrets({"password": PASSWORD})
-    depth = RedisQueueDepth(secrets=secrets, clock=lambda: now[0])
+    # A monotonic clock does not start at 0 (the warning's age is a difference).
+    depth = RedisQueueDepth(secrets=secrets, clock=lambda: 1000.0 + now[0])
     cfg = secret_cfg(redis_server)
     queue.submit("train", {"N": "1"})
 
@@ -347,20 +383,30 @@ async def test_the_secret_is_read_again_each_minute_and_kept_when_that_fails(
     # (the count is live from Redis), and the refusal is logged once.
     secrets.data = SecretUnreadable("Secret research/research-redis: forbidden")
     assert (await read_at(SECRET_REFRESH_S - 1)).warning is None
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "credentials unread" in r.getMessage()]
+
     with caplog.at_level(logging.WARNING, logger="scaler.research.depth"):
         assert (await read_at(SECRET_REFRESH_S)).items == 1
-        kept = await read_at(SECRET_REFRESH_S + 5)
+        first = warned()
+        kept = await read_at(SECRET_REFRESH_S + 5)  # read again (backing off), refused again
+    assert secrets.calls == 3
     # explain says the count rests on credentials that no longer read.
     assert (kept.items, kept.warning) == (
         1,
         "read 65 s ago, reading them again fails: Secret research/research-redis: forbidden "
         "(counted with the credentials read then, until the password rotates)",
     )
-    warned = [r.getMessage() for r in caplog.records if "credentials unread" in r.getMessage()]
-    assert warned == [
-        "work queue credentials unread: Secret research/research-redis: forbidden "
-        "(keeping the credentials read before)"
-    ]
+    # Logged at the first refusal, not again for the same one.
+    assert (
+        first
+        == warned()
+        == [
+            "work queue credentials unread: Secret research/research-redis: forbidden "
+            "(keeping the credentials read before)"
+        ]
+    )
     # Rotated: Redis takes a new password and the Secret holds it; within the next minute
     # the old one is refused, then the new one is read and used.
     redis_server.client().config_set("requirepass", "rotated-pw-2")

@@ -31,12 +31,20 @@ def connect(url: str, *, timeout_s: float = 5.0) -> redis.Redis:
     Raises InputError for a URL that cannot be a Redis address.
     """
     try:
-        scheme = urllib.parse.urlsplit(url).scheme
+        parts = urllib.parse.urlsplit(url)
     except ValueError:
-        scheme = ""
-    if scheme not in _SCHEMES:
+        parts = urllib.parse.urlsplit("")
+    if parts.scheme not in _SCHEMES:
         raise InputError(
             f"--redis {redact_url(url)!r} is not a Redis URL (redis://[:password@]host:port/db)"
+        )
+    # redis-py reads a path that is not a number as database 0, silently: a typo there would
+    # count (or fill) database 0's queue instead of the one meant.
+    db = urllib.parse.unquote(parts.path).replace("/", "")
+    if parts.scheme != "unix" and db and not (db.isascii() and db.isdigit()):
+        raise InputError(
+            f"--redis {redact_url(url)}: the path {parts.path!r} is not a database number "
+            "(redis://[:password@]host:port/db)"
         )
     try:
         return redis.Redis.from_url(
