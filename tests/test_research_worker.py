@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from cryptography.x509.oid import NameOID
 
 from scaler._proto import externalscaler_pb2 as pb
 from scaler._proto import externalscaler_pb2_grpc as pb_grpc
+from scaler.research.model import InputError
 from scaler.research.queue import WorkQueue
 from scaler.research.slots import (
     GrpcSlotChecker,
@@ -35,7 +37,8 @@ from scaler.research.slots import (
     SlotCheckError,
     research_metric_name,
 )
-from scaler.research.worker import Worker, WorkerOptions
+from scaler.research.worker import Worker, WorkerOptions, _options, build_parser, setup_logging
+from scaler.research.worker import log as worker_log
 from tests.support.redisserver import RedisServer, registered_queue, running_redis
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,6 +162,8 @@ def test_runs_item_with_its_parameters_and_exits_on_empty_queue(
     assert it is not None and (it.state, it.attempts, it.checkpoint) == ("done", 1, str(ck))
     for event in ("took item", "command started", "item done", "queue of class eval is empty"):
         assert event in out
+    done = re.search(r"item done after (\d+\.\d) s", out)
+    assert done is not None and float(done[1]) < 20, out  # the item's own time
     assert PASSWORD not in out and "***" in out
 
 
@@ -538,6 +543,74 @@ async def test_slot_checker_against_a_real_grpc_server(
                 await asyncio.to_thread(checker.slots, "eval")
     finally:
         checker.close()
+
+
+# Flags checked before anything connects: (flags, the error or None for accepted).
+OPTIONS = {
+    "lease-at-its-least": (["--lease-seconds", "0.5"], None),
+    "lease-below": (["--lease-seconds", "0.49"], "--lease-seconds must be >= 0.5"),
+    "no-grace": (["--grace-seconds", "0"], None),
+    "negative-grace": (["--grace-seconds", "-1"], "other durations >= 0"),
+    "no-redis-retry": (["--redis-retry-seconds", "0"], None),
+    "negative-redis-retry": (["--redis-retry-seconds", "-0.1"], "other durations >= 0"),
+    "no-gpus-no-limit": (["--gpus", "0", "--max-items", "0"], None),
+    "negative-gpus": (["--gpus", "-1"], "--gpus and --max-items must be >= 0"),
+    "negative-max-items": (["--max-items", "-1"], "--gpus and --max-items must be >= 0"),
+}
+
+
+@pytest.mark.parametrize(("flags", "error"), OPTIONS.values(), ids=OPTIONS.keys())
+def test_the_worker_s_numbers_are_checked_at_their_edges(
+    flags: list[str], error: str | None
+) -> None:
+    args = build_parser().parse_args(
+        ["--redis", "redis://127.0.0.1:1/0", "--class", "eval", "--no-scaler-check", *flags]
+    )
+    if error is None:
+        _options(args, ["true"])
+    else:
+        with pytest.raises(InputError, match=re.escape(error)):
+            _options(args, ["true"])
+
+
+# --log-format, in a pod (KUBERNETES_SERVICE_HOST set) or not -> JSON lines?
+LOG_FORMATS = {
+    "auto-in-a-pod-is-json": ("auto", True, True),
+    "auto-elsewhere-is-text": ("auto", False, False),
+    "json-anywhere": ("json", False, True),
+    "text-even-in-a-pod": ("text", True, False),
+}
+
+
+@pytest.mark.parametrize(("fmt", "in_pod", "is_json"), LOG_FORMATS.values(), ids=LOG_FORMATS.keys())
+def test_log_format(
+    fmt: str,
+    in_pod: bool,
+    is_json: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if in_pod:
+        monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    else:
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    before = (worker_log.handlers[:], worker_log.level, worker_log.propagate)
+    try:
+        setup_logging(fmt, "info")
+        worker_log.info("took item", extra={"research_class": "eval", "fields": {"item": "i-1"}})
+    finally:
+        worker_log.handlers[:], worker_log.level, worker_log.propagate = before
+    line = capsys.readouterr().err.strip()
+    if is_json:
+        got = json.loads(line)
+        assert (got["level"], got["msg"], got["research_class"], got["item"]) == (
+            "info",
+            "took item",
+            "eval",
+            "i-1",
+        )
+    else:
+        assert line.endswith("took item  [research_class=eval item=i-1]"), line
 
 
 def test_metric_name_matches_the_scaler() -> None:
