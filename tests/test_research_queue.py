@@ -379,6 +379,11 @@ def test_status_snapshot_counts(queue: WorkQueue) -> None:
         pytest.param("K-1=V", "not an environment variable name", id="key-with-dash"),
         pytest.param("GPS_ITEM_ID=x", "reserved prefix", id="reserved-prefix"),
         pytest.param("K=a\0b", "NUL", id="nul-in-value"),
+        pytest.param("K=" + "v" * 4096, ("K", "v" * 4096), id="value-at-its-longest"),
+        pytest.param("K=" + "v" * 4097, "longer than 4096", id="value-one-longer"),
+        # A long bad parameter is shown cut to 64 characters, whole up to 64.
+        pytest.param("K" * 64, "'" + "K" * 64 + "' is not", id="bad-param-of-64-shown-whole"),
+        pytest.param("K" * 65, "'" + "K" * 61 + r"\.\.\.' is not", id="bad-param-of-65-cut"),
     ],
 )
 def test_parse_param(raw: str, want: tuple[str, str] | str) -> None:
@@ -387,6 +392,31 @@ def test_parse_param(raw: str, want: tuple[str, str] | str) -> None:
     else:
         with pytest.raises(InputError, match=want):
             model.parse_param(raw)
+
+
+def test_at_most_max_params() -> None:
+    assert model.MAX_PARAMS == 64
+    raws = [f"K{i}=v" for i in range(64)]
+    assert len(model.parse_params(raws)) == 64
+    with pytest.raises(InputError, match="at most 64 --param, got 65"):
+        model.parse_params([*raws, "K64=v"])
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        pytest.param("a" * 63, True, id="63-characters"),
+        pytest.param("a" * 64, False, id="64-characters"),
+        pytest.param("eval-1", True, id="dash-inside"),
+        pytest.param("-eval", False, id="dash-first"),
+    ],
+)
+def test_class_names_are_dns_labels(name: str, ok: bool) -> None:
+    if ok:
+        assert model.check_class_name(name) == name
+    else:
+        with pytest.raises(InputError, match="is not a DNS label"):
+            model.check_class_name(name)
 
 
 @pytest.mark.parametrize(
