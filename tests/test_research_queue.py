@@ -432,6 +432,11 @@ def test_redact_url(url: str, want: str) -> None:
     assert model.redact_url(url) == want
 
 
+def test_a_class_s_total_counts_every_state() -> None:
+    c = model.ClassCounts(queued=1, running=2, requeued=4, done=8, dead=16, cancelled=32)
+    assert c.total == 63 and c.as_json()["total"] == 63
+
+
 def test_item_roundtrip_from_hash() -> None:
     it = Item.from_hash({"id": "x", "class": "eval", "params": '{"A": "1"}', "attempts": "2"})
     assert (it.id, it.research_class, it.params, it.attempts, it.gpus) == (
