@@ -6,6 +6,7 @@ worker a fresh lease token, as a real worker process would.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -430,6 +431,50 @@ def test_class_names_are_dns_labels(name: str, ok: bool) -> None:
 )
 def test_redact_url(url: str, want: str) -> None:
     assert model.redact_url(url) == want
+
+
+# submit's limits, checked before anything is written: (options, words of the error or None)
+SUBMIT_LIMITS = {
+    "one-attempt": ({"max_attempts": 1}, None),
+    "a-thousand-attempts": ({"max_attempts": 1000}, None),
+    "no-attempt": ({"max_attempts": 0}, "--max-attempts must be 1..1000, got 0"),
+    "1001-attempts": ({"max_attempts": 1001}, "--max-attempts must be 1..1000, got 1001"),
+    "one-loss": ({"max_lost": 1}, None),
+    "a-thousand-losses": ({"max_lost": 1000}, None),
+    "no-loss": ({"max_lost": 0}, "--max-lost must be 1..1000, got 0"),
+    "1001-losses": ({"max_lost": 1001}, "--max-lost must be 1..1000, got 1001"),
+    "one-gpu": ({"gpus": 1}, None),
+    "1024-gpus": ({"gpus": 1024}, None),
+    "no-gpu": ({"gpus": 0}, "--gpus must be 1..1024, got 0"),
+    "1025-gpus": ({"gpus": 1025}, "--gpus must be 1..1024, got 1025"),
+    "submitter-of-128": ({"submitter": "a" * 128}, None),
+    "submitter-of-129": ({"submitter": "a" * 129}, "--submitter must be printable"),
+    "submitter-with-a-tab": ({"submitter": "a\tb"}, "--submitter must be printable"),
+}
+
+
+@pytest.mark.parametrize(("opts", "error"), SUBMIT_LIMITS.values(), ids=SUBMIT_LIMITS.keys())
+def test_submit_limits(queue: WorkQueue, opts: dict[str, Any], error: str | None) -> None:
+    if error is None:
+        assert queue.get(queue.submit("eval", {}, **opts)) is not None
+    else:
+        with pytest.raises(InputError, match=re.escape(error)):
+            queue.submit("eval", {}, **opts)
+        assert queue.snapshot().items == []  # nothing half-written
+
+
+def test_class_counts_add_up_over_items() -> None:
+    def item(i: int, state: str, **k: int) -> Item:
+        return Item.from_hash({"id": str(i), "class": "eval", "state": state} | {
+            key: str(v) for key, v in k.items()
+        })  # fmt: skip
+
+    items = [
+        item(1, "done", gpu_ms=3000, preemptions=1, lost=0, failures=2),
+        item(2, "running", gpu_ms=5000, preemptions=2, lost=1, failures=0),
+    ]
+    c = model.count_by_class(["eval"], items)["eval"]
+    assert (c.done, c.running, c.gpu_ms, c.preemptions, c.lost, c.failures) == (1, 1, 8000, 3, 1, 2)
 
 
 def test_a_class_s_total_counts_every_state() -> None:
