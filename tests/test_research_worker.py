@@ -178,7 +178,21 @@ def test_failing_command_is_retried_then_dead_lettered_with_its_last_error(
     assert (it.state, it.failures, it.attempts) == ("dead", 2, 2)
     assert it.last_error == "command exit code 3: it broke at step 0"
     assert queue.dead_letters("eval") == [item_id]
-    assert "dead-lettered" in out
+    # The log counts the failures as the item's record does.
+    assert "command exit code 3: it broke at step 0; failure 1 of 2: item requeued" in out, out
+    assert "command exit code 3: it broke at step 0; failure 2 of 2: dead-lettered" in out, out
+
+
+def test_a_command_that_cannot_start_fails_the_item_with_the_reason(
+    queue: WorkQueue, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    item_id = queue.submit("eval", {}, max_attempts=1)
+    missing = str(tmp_path / "no-such-command")
+    rc, out = finish(start_worker(redis_server.url, tmp_path / "ck", [missing]))
+    assert rc == 0, out
+    it = queue.get(item_id)
+    assert it is not None and it.state == "dead"
+    assert it.last_error == f"cannot start command {missing!r}: No such file or directory"
 
 
 def test_sigterm_is_forwarded_item_returned_and_resumed_from_checkpoint(
@@ -250,17 +264,33 @@ def test_command_without_a_sigterm_handler_frees_the_pod_at_once(
     assert 2 <= progress(ck) < 1000
 
 
+@pytest.mark.parametrize(
+    ("mode", "step_s", "killed"),
+    [
+        # Steps of 0.3 s in a 1-s grace period: it finishes its step and checkpoints.
+        pytest.param("steps", "0.3", False, id="the-command-checkpoints-on-sigterm"),
+        pytest.param("ignore-term", "0.05", True, id="ignored-sigkill-after-the-grace-period"),
+    ],
+)
 def test_cancel_stops_the_running_command_at_the_next_heartbeat(
-    queue: WorkQueue, redis_server: RedisServer, command: list[str], tmp_path: Path
+    queue: WorkQueue,
+    redis_server: RedisServer,
+    command: list[str],
+    tmp_path: Path,
+    mode: str,
+    step_s: str,
+    killed: bool,
 ) -> None:
-    item_id = queue.submit("eval", {"STEPS": "1000", "STEP_S": "0.05"})
-    root = tmp_path / "ck"
-    w = start_worker(redis_server.url, root, command)
-    wait_for(lambda: progress(root / "eval" / item_id) >= 1, what="a step")
+    item_id = queue.submit("eval", {"MODE": mode, "STEPS": "1000", "STEP_S": step_s})
+    ck = tmp_path / "ck" / "eval" / item_id
+    w = start_worker(redis_server.url, tmp_path / "ck", command, "--grace-seconds", "1")
+    wait_for(lambda: progress(ck) >= 1, what="a step")
     assert queue.cancel(item_id) == "cancelling"
-    rc, out = finish(w, timeout=5)
+    rc, out = finish(w, timeout=6)
     assert rc == 0, out
     assert "item cancelled" in out
+    assert ("grace period over: SIGKILL" in out) is killed, out
+    assert (ck / "sigterm-1").exists() is not killed
     it = queue.get(item_id)
     assert it is not None and it.state == "cancelled" and queue.live_leases("eval") == 0
 
