@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
+import logging
 import os
 import re
 import signal
@@ -22,6 +23,7 @@ from typing import Any
 
 import grpc
 import pytest
+import redis
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -37,7 +39,14 @@ from scaler.research.slots import (
     SlotCheckError,
     research_metric_name,
 )
-from scaler.research.worker import Worker, WorkerOptions, _options, build_parser, setup_logging
+from scaler.research.worker import (
+    RedisGaveUp,
+    Worker,
+    WorkerOptions,
+    _options,
+    build_parser,
+    setup_logging,
+)
 from scaler.research.worker import log as worker_log
 from tests.support.redisserver import RedisServer, registered_queue, running_redis
 
@@ -573,6 +582,61 @@ async def test_slot_checker_against_a_real_grpc_server(
                 await asyncio.to_thread(checker.slots, "eval")
     finally:
         checker.close()
+
+
+# Redis down for (seconds) with --redis-retry-seconds (budget): (answered?, warnings logged).
+REDIS_OUTAGES = {
+    "a-blip-is-retried-after-one-warning": (0.3, 60.0, True, 1),
+    "a-restart-of-12-s-warns-every-5-s": (12.0, 60.0, True, 3),
+    "longer-than-the-budget-gives-up-at-its-end": (12.0, 10.0, False, 2),
+}
+
+
+@pytest.mark.parametrize(
+    ("outage", "budget", "answered", "warnings"), REDIS_OUTAGES.values(), ids=REDIS_OUTAGES.keys()
+)
+def test_redis_outages_are_retried_with_backoff(
+    queue: WorkQueue,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    outage: float,
+    budget: float,
+    answered: bool,
+    warnings: int,
+) -> None:
+    """Each call retried 0.05, 0.1, 0.2, ... 1 s apart (never sleeping past the budget),
+    one warning per 5 s, then RedisGaveUp."""
+    now, sleeps = [1000.0], []
+
+    def sleep(s: float) -> None:
+        assert s > 0  # a zero sleep on this clock would spin for ever
+        sleeps.append(s)
+        now[0] += s
+
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "sleep", sleep)
+    up_at = now[0] + outage
+
+    def call() -> str:
+        if now[0] < up_at:
+            raise redis.exceptions.ConnectionError("Connection refused")
+        return "ok"
+
+    opts = WorkerOptions("eval", ["true"], tmp_path, "w", redis_retry_s=budget)
+    worker = Worker(queue, opts, None)
+    with caplog.at_level(logging.WARNING, logger="gpu-pool-worker"):
+        if answered:
+            assert worker._redis("take", call) == "ok"
+        else:
+            with pytest.raises(RedisGaveUp, match=r"^take: cannot reach Redis"):
+                worker._redis("take", call)
+    assert sleeps[:6] == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.0][: len(sleeps)])
+    assert max(sleeps) <= 1.0
+    if not answered:
+        assert sum(sleeps) == pytest.approx(budget)  # the last sleep ends at the budget
+    warned = [r for r in caplog.records if "Redis unavailable, retrying" in r.getMessage()]
+    assert len(warned) == warnings
 
 
 # Flags checked before anything connects: (flags, the error or None for accepted).
