@@ -13,15 +13,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from scaler.research.cli import add_subcommands, classes_from_config
-from scaler.research.model import InputError
-from scaler.research.queue import WorkQueue
+from scaler.research.cli import _age, add_subcommands, classes_from_config, render_table
+from scaler.research.model import InputError, Item
+from scaler.research.queue import Snapshot, WorkQueue
 from scaler.research.redisconn import connect
 from tests.support.redisserver import RedisServer, running_redis
 
@@ -200,3 +201,76 @@ def test_classes_from_config(tmp_path: Path, text: str, want: list[str] | str) -
     else:
         with pytest.raises(InputError, match=want):
             classes_from_config(str(p))
+
+
+# -- the status table (pure: a snapshot and the clock) --------------------------------
+
+NOW_MS = 1_765_000_000_000
+
+
+# Created this long before now -> AGE.
+AGES = {
+    "not-set": (None, "-"),
+    "in-the-future-is-0s": (-5, "0s"),
+    "119-s": (119, "119s"),
+    "2-min": (120, "2m"),
+    "119-min": (7199, "119m"),
+    "2-h": (7200, "2h"),
+    "47-h": (172_799, "47h"),
+    "2-days": (172_800, "2d"),
+}
+
+
+@pytest.mark.parametrize(("ago_s", "shown"), AGES.values(), ids=AGES.keys())
+def test_ages_in_the_status_table(ago_s: int | None, shown: str) -> None:
+    created = 0 if ago_s is None else NOW_MS - ago_s * 1000
+    assert _age(created, NOW_MS) == shown
+
+
+def test_the_status_table() -> None:
+    """Running first, then waiting, then finished, newest first in each; a cancel pending
+    marked; the last error on one line, cut at 60; the items past --limit counted."""
+
+    def item(n: int, state: str, ago_s: int, **kw: Any) -> Item:
+        at = NOW_MS - ago_s * 1000
+        return Item(f"i{n}", "eval", state=state, created_ms=at, updated_ms=at, **kw)
+
+    items = [
+        item(1, "done", 90_000, attempts=1, gpu_ms=7_200_000, submitter="ada"),
+        item(2, "dead", 400, attempts=3, failures=3, last_error="boom\n" + "x" * 80),
+        item(3, "running", 50, attempts=2, preemptions=1, cancel_requested=True),
+        item(4, "queued", 10),
+        item(5, "running", 30, attempts=1, lost=1),
+    ]
+    snap = Snapshot(["eval", "old"], frozenset({"eval"}), items)
+    got = render_table(snap, limit=4, now_ms=NOW_MS)
+    cut = "boom " + "x" * 52 + "..."  # 60 characters
+    assert got.splitlines() == [
+        "CLASS               QUEUED  RUNNING  REQUEUED  DONE  DEAD  CANCELLED  PREEMPTED  LOST"
+        "  FAILED  GPU-H",
+        "eval                     1        2         0     1     1          0          1     1"
+        "       3   2.00",
+        "old (unregistered)       0        0         0     0     0          0          0     0"
+        "       0   0.00",
+        "",
+        "ITEM  CLASS  STATE     ATTEMPT  FAILED  PREEMPTED  LOST  GPU-S  AGE  SUBMITTER"
+        "  LAST ERROR",
+        "i5    eval   running         1     0/3          0     1    0.0  30s",
+        "i3    eval   running*        2     0/3          1     0    0.0  50s",
+        "i4    eval   queued          0     0/3          0     0    0.0  10s",
+        "i2    eval   dead            3     3/3          0     0    0.0   6m             " + cut,
+        "... 1 more items (--limit 0 shows all)",
+        "* cancel requested: the worker stops it at its next heartbeat",
+        "",
+        "5 items, 1 done",
+    ]
+    # No limit: all of them, the finished ones last; a running item not being cancelled
+    # needs no footnote; an error of exactly 60 characters is shown whole.
+    ran = replace(items[0], last_error="e" * 60)
+    every = render_table(
+        Snapshot(["eval"], frozenset({"eval"}), [ran, items[4]]), limit=0, now_ms=NOW_MS
+    )
+    lines = every.splitlines()
+    assert [line.split()[0] for line in lines[4:6]] == ["i5", "i1"]
+    assert lines[5].endswith("7200.0  25h  ada        " + "e" * 60), lines[5]
+    assert "more items" not in every and "*" not in every
