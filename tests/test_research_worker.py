@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -38,6 +39,7 @@ from scaler.research.slots import (
     ScalerEndpoint,
     SlotCheckError,
     research_metric_name,
+    slots_from_reply,
 )
 from scaler.research.worker import (
     RedisGaveUp,
@@ -582,6 +584,30 @@ async def test_slot_checker_against_a_real_grpc_server(
                 await asyncio.to_thread(checker.slots, "eval")
     finally:
         checker.close()
+
+
+# The class's metric in a GetMetrics reply as (metricValue, metricValueFloat) -> slots or error.
+REPLIES = {
+    "float-wins-when-above-0": ((1, 2.7), 2),
+    "the-integer-when-float-is-0": ((3, 0.0), 3),
+    "zero": ((0, 0.0), 0),
+    "an-infinite-float": ((0, math.inf), "is inf, not a number >= 0"),
+    "a-negative-integer": ((-2, 0.0), "is -2.0, not a number >= 0"),
+}
+
+
+@pytest.mark.parametrize(("value", "want"), REPLIES.values(), ids=REPLIES.keys())
+def test_slots_from_reply(value: tuple[int, float], want: int | str) -> None:
+    m = pb.MetricValue(metricName="research-eval", metricValue=value[0], metricValueFloat=value[1])
+    reply = pb.GetMetricsResponse(metricValues=[m])
+    if isinstance(want, int):
+        assert slots_from_reply(reply, "eval") == want
+    else:
+        with pytest.raises(SlotCheckError, match=re.escape(want)):
+            slots_from_reply(reply, "eval")
+    twice = pb.GetMetricsResponse(metricValues=[m, m])
+    with pytest.raises(SlotCheckError, match="no single metric 'research-eval'"):
+        slots_from_reply(twice, "eval")
 
 
 # Redis down for (seconds) with --redis-retry-seconds (budget): (answered?, warnings logged).
