@@ -191,11 +191,13 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
         pytest.param("research: [{name: a}, {name: a}]\n", "repeat", id="duplicate"),
         pytest.param("research: [{gpusPerJob: 1}]\n", "list of", id="no-name"),
         pytest.param("research: [\n", "not YAML", id="broken-yaml"),
+        pytest.param(None, "pool.yaml: cannot read: No such file or directory$", id="missing"),
     ],
 )
-def test_classes_from_config(tmp_path: Path, text: str, want: list[str] | str) -> None:
+def test_classes_from_config(tmp_path: Path, text: str | None, want: list[str] | str) -> None:
     p = tmp_path / "pool.yaml"
-    p.write_text(text)
+    if text is not None:
+        p.write_text(text)
     if isinstance(want, list):
         assert classes_from_config(str(p)) == want
     else:

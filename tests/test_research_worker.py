@@ -344,6 +344,13 @@ def test_worker_that_cannot_renew_kills_its_command_before_the_lease_expires(
             ["--scaler-ca", "x"], "ok", 2, "--scaler HOST:PORT is required", id="no-scaler"
         ),
         pytest.param(["--lease-seconds", "0"], "ok", 2, "--lease-seconds", id="bad-lease"),
+        pytest.param(
+            ["--scaler", "127.0.0.1:1", "--scaler-ca", "/no/ca.pem"],
+            "ok",
+            2,
+            "--scaler-ca /no/ca.pem: cannot read: No such file or directory\n",
+            id="unreadable-ca",
+        ),
     ],
 )
 def test_configuration_errors(
