@@ -70,10 +70,29 @@ def test_real_captures_match_prometheus_client(text: str, model: str | None) -> 
     assert ours == read_sample_reference(text, "vllm", model)
 
 
+def _only(text: str, family: str) -> str:
+    """`text` without the lines of every vLLM queue gauge but `family`."""
+    queues = ("vllm:num_requests_waiting", "vllm:num_requests_running")
+    drop = [q for q in queues if q != family]
+    return "".join(line for line in text.splitlines(True) if not any(d in line for d in drop))
+
+
 @pytest.mark.parametrize(
     "text",
-    [_without_vllm(AFTER_LOAD), _without_vllm(IDLE), ""],
-    ids=["disable-log-stats-after-load", "disable-log-stats-idle", "empty-body"],
+    [
+        _without_vllm(AFTER_LOAD),
+        _without_vllm(IDLE),
+        "",
+        _only(AFTER_LOAD, "vllm:num_requests_waiting"),
+        _only(AFTER_LOAD, "vllm:num_requests_running"),
+    ],
+    ids=[
+        "disable-log-stats-after-load",
+        "disable-log-stats-idle",
+        "empty-body",
+        "waiting-without-running",
+        "running-without-waiting",
+    ],
 )
 def test_no_engine_families_is_no_data(text: str) -> None:
     assert read_sample(text) is None
@@ -428,6 +447,11 @@ def test_reads(text: str, engine: str, model: str | None, expected: EngineSample
         pytest.param(v1(kv="+Inf"), "not a usable", id="inf-in-kv"),
         pytest.param(v1(kv="1.5"), "KV-cache usage is 1.5: not a fraction", id="kv-above-one"),
         pytest.param(v1(kv="87"), "not a fraction 0-1", id="kv-in-percent"),
+        pytest.param(
+            TWO_ENGINES.replace("} 0.6\n", "} 1.5\n"),
+            "KV-cache usage is 1.5: not a fraction",
+            id="kv-above-one-on-one-engine-of-two",
+        ),
         pytest.param(v1(running="-1"), "not a usable", id="negative-count"),
         pytest.param(v1(waiting="1_000"), "invalid value", id="python-only-float-syntax"),
         pytest.param(v1(waiting="0x10"), "invalid value", id="hex-value"),
@@ -450,6 +474,16 @@ def test_reads(text: str, engine: str, model: str | None, expected: EngineSample
         ),
         pytest.param(
             v1() + "# TYPE vllm:kv_cache_usage_perc histogram\n", "has TYPE", id="type-conflict"
+        ),
+        pytest.param(
+            v1() + "# TYPE vllm:num_requests_waiting untyped\n",
+            "has TYPE untyped",
+            id="type-gauge-then-untyped",
+        ),
+        pytest.param(
+            v1().replace("waiting gauge", "waiting gauge now"),
+            "malformed TYPE line",
+            id="type-of-two-words",
         ),
         pytest.param(
             v1()[: v1().index('vllm:kv_cache_usage_perc{engine="0",mod') + 32],
