@@ -102,6 +102,12 @@ def view(current: int, desired: int, tolerance: float = 0.1) -> HpaView:
         pytest.param(10, view(10, 10), False, id="agree"),
         pytest.param(None, view(10, 10), False, id="no-answer-from-us"),
         pytest.param(3, view(2, 2), False, id="small-counts-never-within-10pct"),
+        # 5/4 and 3/4 are exact in float64: exactly the tolerance is within it, as
+        # replica_calculator.go compares (|1 - ratio| <= tolerance keeps the count).
+        pytest.param(5, view(4, 4, tolerance=0.25), True, id="exactly-the-tolerance-up-kept"),
+        pytest.param(3, view(4, 4, tolerance=0.25), True, id="exactly-the-tolerance-down-kept"),
+        # At 0 replicas KEDA activates the workload; the HPA's tolerance is not involved.
+        pytest.param(1, view(0, 0), False, id="from-zero-is-keda-s-activation"),
     ],
 )
 def test_ignored_by_tolerance(ours: int | None, hpa_view: HpaView, ignored: bool) -> None:
