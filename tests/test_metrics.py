@@ -24,7 +24,9 @@ def families(metrics: ScalerMetrics) -> dict[str, dict[tuple[str, ...], float]]:
 def test_gauges_follow_the_latest_snapshot_and_drop_what_it_lacks() -> None:
     snapshots = Snapshots()
     m = ScalerMetrics(CollectorRegistry(), snapshots.latest)
-    assert "gpu_pool_scaler_desired_replicas" not in families(m)  # nothing decided yet
+    before = families(m)  # nothing decided yet: no value, and no cycle time (not 1970)
+    assert "gpu_pool_scaler_desired_replicas" not in before
+    assert "gpu_pool_scaler_last_cycle_timestamp_seconds" not in before
     queue = SignalVerdict("queue", 12.0, 5.0, 3)
     kv = SignalVerdict("kv-cache", 0.0, 0.8, 1, abstain=True)
     chat = replace(svc("chat", 3), signals=(queue, kv))
