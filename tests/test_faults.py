@@ -37,6 +37,7 @@ from scaler.core.accounting import Capacity
 from scaler.core.decision import Decision, ServiceDecision
 from scaler.ingest.discovery import StaticDiscovery
 from scaler.ingest.scrape import Scraper, make_client
+from scaler.ingest.state_store import StateStore
 from scaler.loop import ControlLoop, LoopDeps
 from scaler.reload import ConfigHolder
 from scaler.serve.grpc_api import RequestError, resolve, too_old, value_of
@@ -240,10 +241,18 @@ class Rig:
 async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
     made: list[Rig] = []
 
-    def make(addresses: list[str], scrape: dict[str, Any] | None = None, **svc: Any) -> Rig:
+    def make(
+        addresses: list[str],
+        scrape: dict[str, Any] | None = None,
+        server: dict[str, Any] | None = None,
+        state: StateStore | None = None,
+        **svc: Any,
+    ) -> Rig:
         path = tmp_path / "pool.yaml"
         doc = config_dict(addresses, **svc)
         doc["scrape"] |= scrape or {}
+        if server is not None:
+            doc["server"] = server
         path.write_text(yaml.safe_dump(doc))
         cfg: Config = load_config(path)
         clock, wall = Clock(1000.0), Clock(1_800_000_000.0)
@@ -266,6 +275,7 @@ async def rig_for(tmp_path: Path) -> AsyncIterator[Callable[..., Rig]]:
             snapshots,
             LoopDeps(
                 capacity=lambda c: Capacity(total_gpus=c.pool.capacity.gpus or 0),
+                state=state,
             ),
             metrics,
             clock=clock,
@@ -289,6 +299,60 @@ async def healthy_start(rig: Rig) -> int:
     assert rig.keda(service="chat") == chat.desired
     assert rig.keda(researchClass="eval") == 64 - 4 - 4 * chat.desired
     return chat.desired
+
+
+class FlakyStore:
+    """A StateStore whose writes fail while `error` is set (say, the chart's Role for its
+    ConfigMap not applied yet); the clock times of the writes that went through."""
+
+    def __init__(self) -> None:
+        self.clock: Callable[[], float] = lambda: 0.0
+        self.error = ""
+        self.saved: list[float] = []
+
+    def load(self) -> str | None:
+        return None
+
+    def save(self, text: str) -> None:
+        assert text.startswith("{")
+        if self.error:
+            raise OSError(self.error)
+        self.saved.append(self.clock())
+
+    def describe(self) -> str:
+        return "ConfigMap serving/gps-state"
+
+
+async def test_the_memory_is_written_at_most_every_state_write_seconds_and_a_failure_once(
+    targets: Callable[[str], Any], rig_for: Callable[..., Rig], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "scaler")
+    target = await targets(BUSY)
+    store = FlakyStore()
+    rig = rig_for([target.address], server={"stateWriteSeconds": 15}, state=store)
+    store.clock = rig.clock
+
+    def lines(words: str) -> list[str]:
+        return [r.getMessage() for r in caplog.records if words in r.getMessage()]
+
+    await rig.loop.save_state()  # no cycle yet: nothing learned, nothing written
+    assert store.saved == []
+    for _ in range(6):  # 5-s cycles: written at the first, then once 15 s have passed
+        await rig.cycle()
+    assert store.saved == [1005.0, 1020.0]
+    store.error = "configmaps is forbidden"
+    await rig.cycle()
+    await rig.cycle()
+    refused = ["state not saved to ConfigMap serving/gps-state: configmaps is forbidden"]
+    assert lines("state not saved") == refused  # at the first refusal
+    for _ in range(4):
+        await rig.cycle()
+    store.error = ""
+    for _ in range(3):
+        await rig.cycle()
+    assert store.saved == [1005.0, 1020.0, 1065.0]  # tried at 1035 and 1050, then written
+    assert lines("state not saved") == refused  # not again for the same refusal
+    assert lines("again") == ["state saved to ConfigMap serving/gps-state again"]
 
 
 # -- one target of two misbehaves ---------------------------------------------------------
