@@ -246,6 +246,8 @@ SELECTOR_CASES = [
     pytest.param("a in (x, y)", {"a": "y"}, True, id="in"),
     pytest.param("a notin (x,y)", {"a": "x"}, False, id="notin"),
     pytest.param("a notin (x,y)", {}, True, id="notin-absent"),
+    pytest.param("a notin (x,y)", {"a": "z"}, True, id="notin-another-value"),
+    pytest.param("a!=b", {"a": "c"}, True, id="neq-another-value"),
     pytest.param("a", {"a": ""}, True, id="exists"),
     pytest.param("!a", {"a": "1"}, False, id="not-exists"),
     pytest.param("a=b, c in (d), !e", {"a": "b", "c": "d"}, True, id="combined"),
