@@ -716,6 +716,33 @@ BAD_CONFIGS = [
 ]
 
 
+async def test_a_reload_that_moves_a_port_says_it_needs_a_restart(
+    targets: Callable[[str], Any], rig_for: Callable[..., Rig], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listeners are bound once: a new port or address in the file takes effect on the
+    next start, and the reload says so; a reload that changes only the policy does not."""
+    caplog.set_level(logging.INFO, "scaler")
+    t = await targets(BUSY)
+    rig = rig_for([t.address], server={"grpcPort": 6000, "metricsPort": 8080})
+
+    def reload(**server: Any) -> list[str]:
+        caplog.clear()
+        # maxReplicas from the generation: every reload changes the policy too.
+        doc = config_dict([t.address], maxReplicas=rig.holder.current()[1] + 8)
+        doc["server"] = {"grpcPort": 6000, "metricsPort": 8080, **server}
+        rig.path.write_text(yaml.safe_dump(doc))
+        assert rig.holder.check() is True
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+    assert reload() == []
+    assert reload(grpcPort=6001) == [
+        "server.grpcPort changed in the config; takes effect on restart"
+    ]
+    assert reload(grpcPort=6001, metricsPort=8081, listenAddress="127.0.0.1") == [
+        "server.listenAddress, server.metricsPort changed in the config; takes effect on restart"
+    ]
+
+
 @pytest.mark.parametrize(("bad", "why"), BAD_CONFIGS)
 async def test_invalid_config_reload_keeps_the_old_config(
     targets: Callable[[str], Any],
