@@ -319,7 +319,11 @@ async def test_health_over_tls_for_clients_that_speak_it(
 @pytest.mark.parametrize(
     ("breakage", "names"),
     [
-        pytest.param("missing-cert", "tls.crt", id="missing-cert-file"),
+        pytest.param(
+            "missing-cert",
+            r"server.tls.certFile \S+/tls.crt: cannot read: No such file or directory$",
+            id="missing-cert-file",
+        ),
         pytest.param("garbage-key", "tls.key", id="key-not-pem"),
         pytest.param("mismatched-key", "tls.key", id="key-does-not-match-cert"),
         pytest.param("garbage-ca", "ca.crt", id="client-ca-not-pem"),
