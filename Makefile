@@ -6,12 +6,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PROTO_OUT := scaler/_proto
 
-.PHONY: run test fuzz lint proto bench bench-week bench-sim bench-load bench-objective bench-contract bench-exit clean help
+.PHONY: run test fuzz mutate lint proto bench bench-week bench-sim bench-load bench-objective bench-contract bench-exit clean help
 
 help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
 	@echo "make test   - install everything tests need (venv, helm, vLLM CPU) and run them"
 	@echo "make fuzz   - the property tests and fuzzers at FUZZ_SCALE (30) times their examples, at random (~20 min)"
+	@echo "make mutate - mutation testing of scaler/core with mutmut (ARGS='scaler.core.ramp*' for one module; a full run takes tens of minutes); survivors listed at the end"
 	@echo "make lint   - ruff + mypy (package, tests, bench, tools, cluster scripts) + import contracts"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
@@ -50,6 +51,13 @@ test: $(STAMP)
 FUZZ_SCALE ?= 30
 fuzz: $(STAMP)
 	FUZZ_SCALE=$(FUZZ_SCALE) $(PY) -m pytest -q -p no:cacheprovider --timeout=$$(( 60 * $(FUZZ_SCALE) + 300 )) tests/test_policy_properties.py tests/test_accounting_properties.py tests/test_forecast_properties.py tests/test_fuzz_exposition.py tests/test_exposition.py
+
+# mutmut keeps its results in mutants/ and re-runs only what changed; `rm -rf mutants` starts
+# over. `.venv/bin/mutmut show NAME` prints a survivor's diff.
+mutate: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[mutate]'
+	$(VENV)/bin/mutmut run --max-children 2 $(ARGS)
+	$(VENV)/bin/mutmut results
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check scaler tests bench tools cluster
