@@ -397,6 +397,9 @@ def test_watcher_follows_node_changes(api: FakeKubeAPI) -> None:
         clock.advance(7)
         api.bookmark()
         api.wait_for(lambda: (c := w.current()) is not None and c.observed_at == 1007.0)
+        # A bookmark confirms the view: no error, no re-list.
+        st = w.status()[0]
+        assert (st.lists, st.last_error, api.list_requests("nodes")) == (1, None, 1)
     finally:
         w.stop()
     api.wait_for(lambda: api.open_watches() == 0, what="watch closed after stop()")

@@ -261,7 +261,9 @@ def test_failing_api_turns_targets_unknown_after_stale_window(
         what="failure noticed",
     )
     assert discovery.endpoints(svc) == [Endpoint("10.0.0.1:8000", S)]  # recent: keep
-    clock.now += 31
+    clock.now += 30
+    assert discovery.endpoints(svc) == [Endpoint("10.0.0.1:8000", S)]  # exactly 30 s: keep
+    clock.now += 1
     assert discovery.endpoints(svc) is None  # failing too long: unknown, never "empty"
     api.heal()
     _eventually(discovery, svc, [Endpoint("10.0.0.1:8000", S)])
