@@ -106,6 +106,12 @@ SPLIT_CASES = [
         {"a": 3, "b": 10, "c": 2},
         id="three-levels-weights-in-level",
     ),
+    # Equally served so far, the larger Job goes first (config order would pick "small"):
+    # handing out the small ones first would leave no room for a big one at all.
+    pytest.param([rc("small", 1), rc("big", 4)], 4, {"small": 0, "big": 1}, id="tie-to-larger-job"),
+    pytest.param(
+        [rc("small", 1), rc("big", 4)], 6, {"small": 2, "big": 1}, id="tie-to-larger-job-then-rest"
+    ),
 ]
 
 
@@ -134,13 +140,19 @@ def test_split_pool_reports_total_slots(
 
 
 def test_split_reason_names_the_limit() -> None:
-    cfg = make_cfg([rc("capped", 1, maxJobs=1), rc("big", 8)])
+    cfg = make_cfg([rc("capped", 1, maxJobs=1), rc("big", 8), rc("off", 1, maxJobs=0)])
     split, research = split_pool(
         cfg, {"chat": sd("chat", 1, 1)}, Capacity(total_gpus=10), 0, ready_for_research=True
     )
-    assert split.headroom_gpus == 6
+    assert (split.capacity, split.headroom_gpus) == (10, 6)
+    assert {n: d.name for n, d in research.items()} == {
+        "capped": "capped",
+        "big": "big",
+        "off": "off",
+    }
     assert research["capped"].slots == 1 and "capped at maxJobs 1" in research["capped"].reason
     assert research["big"].slots == 0 and "5 GPU(s) left < 8 per Job" in research["big"].reason
+    assert research["off"].slots == 0 and research["off"].reason.endswith("; maxJobs is 0")
 
 
 Q = {"urlFile": "/run/queue/url"}
@@ -243,14 +255,17 @@ def test_inference_gpus(decisions: dict[str, ServiceDecision], expected: int) ->
 
 
 FRESH = {"chat": sd("chat", 2, 2), "code": sd("code", 1, 1)}
+# (decisions, capacity, ready, the whole reason): an SRE greps for these words.
 FAIL_CLOSED_CASES = [
     pytest.param(FRESH, None, True, "pool capacity unknown", id="capacity-unknown"),
-    pytest.param(FRESH, Capacity(64), False, "no complete control cycle", id="before-first-cycle"),
+    pytest.param(
+        FRESH, Capacity(64), False, "no complete control cycle yet", id="before-first-cycle"
+    ),
     pytest.param(
         {"chat": sd("chat", 2, 2, fresh=False), "code": sd("code", 1, 1)},
         Capacity(64),
         True,
-        "service 'chat' data is stale",
+        "service 'chat' data is stale or partial",
         id="stale-service",
     ),
     pytest.param(
@@ -261,7 +276,11 @@ FAIL_CLOSED_CASES = [
         id="desired-none",
     ),
     pytest.param(
-        {"chat": sd("chat", 2, 2)}, Capacity(64), True, "'code' has no decision", id="missing"
+        {"chat": sd("chat", 2, 2)},
+        Capacity(64),
+        True,
+        "service 'code' has no decision",
+        id="missing",
     ),
 ]
 
@@ -272,12 +291,34 @@ def test_fail_closed(
 ) -> None:
     cfg = make_cfg([rc("a", 1), rc("b", 2)], services=[("chat", 4), ("code", 2)])
     split, research = split_pool(cfg, decisions, capacity, 4, ready_for_research=ready)
-    assert split.fail_closed is not None and reason in split.fail_closed
+    assert split.fail_closed == reason
     assert split.research_gpus == 0
-    assert set(research) == {"a", "b"}
+    # What explain shows beside the reason is still what was counted: nothing made up for
+    # an unknown capacity (no foreign GPUs, no headroom), the reserve as given.
+    inf = inference_gpus(cfg, decisions)
+    want = (None, inf, 4, 0, 0) if capacity is None else (64, inf, 4, 0, 64 - inf - 4)
+    assert (
+        split.capacity,
+        split.inference_gpus,
+        split.reserve_gpus,
+        split.foreign_gpus,
+        split.headroom_gpus,
+    ) == want
+    assert {n: (d.name, d.gpus_per_job) for n, d in research.items()} == {
+        "a": ("a", 1),
+        "b": ("b", 2),
+    }
     for d in research.values():
         assert d.slots == 0
-        assert reason in d.reason and d.reason.startswith("fail closed")
+        assert d.reason == f"fail closed: {reason}"
+
+
+def test_a_fail_closed_split_reports_the_foreign_gpus_it_counted() -> None:
+    cfg = make_cfg([rc("a", 1)])
+    split, _ = split_pool(
+        cfg, {"chat": sd("chat", 2, 2)}, Capacity(64, foreign_gpus=6), 3, ready_for_research=False
+    )
+    assert (split.capacity, split.foreign_gpus, split.headroom_gpus) == (64, 6, 64 - 8 - 3 - 6)
 
 
 def test_fresh_counterpart_of_fail_closed_lends() -> None:
@@ -347,9 +388,20 @@ def test_negative_reserve_rejected() -> None:
         pytest.param(
             lambda: Capacity(8, foreign_gpus=-1), "negative GPU count", id="negative-foreign"
         ),
-        pytest.param(lambda: HarvestMeter(max_interval_seconds=0), "> 0", id="meter-zero-interval"),
         pytest.param(
-            lambda: HarvestMeter(max_interval_seconds=-5), "> 0", id="meter-negative-interval"
+            lambda: HarvestMeter(max_interval_seconds=0),
+            "^max_interval_seconds must be > 0$",
+            id="meter-zero-interval",
+        ),
+        pytest.param(
+            lambda: HarvestMeter(max_interval_seconds=-5),
+            "^max_interval_seconds must be > 0$",
+            id="meter-negative-interval",
+        ),
+        pytest.param(
+            lambda: HarvestMeter().observe(-1, 0.0),
+            "research_gpus must be >= 0, got -1",
+            id="meter-negative-gpus",
         ),
     ],
 )
@@ -357,6 +409,78 @@ def test_impossible_inputs_are_refused(make: Any, match: str) -> None:
     # Each check on its own: a negative count would lend GPUs that do not exist.
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# --- the forecast's withholding ----------------------------------------------------------
+
+LONG, MID, SHORT = 3600.0, 1800.0, 600.0
+# Headroom 10 (14 GPUs − chat 1 × 4). (classes, withhold per class, slots after, GPUs withheld)
+WITHHOLD_CASES = [
+    pytest.param(
+        [rc("a", 1, checkpointIntervalSeconds=SHORT)],
+        {"a": 10},
+        {"a": 0},
+        10,
+        id="all-headroom-needed-back-lends-nothing",
+    ),
+    pytest.param(
+        [rc("a", 1, checkpointIntervalSeconds=SHORT)],
+        {"a": 25},
+        {"a": 0},
+        10,
+        id="more-than-the-headroom-needed-back",
+    ),
+    pytest.param(
+        [rc("a", 2, checkpointIntervalSeconds=SHORT)],
+        {"a": 5},
+        {"a": 2},
+        6,
+        id="whole-jobs-in-what-stays-free",
+    ),
+    pytest.param(
+        # long (priority 2) takes 6 of 10; short may lend 5 in all, which long already exceeds.
+        [
+            rc("long", 1, checkpointIntervalSeconds=LONG, priority=2, maxJobs=6),
+            rc("short", 1, checkpointIntervalSeconds=SHORT),
+        ],
+        {"short": 5},
+        {"long": 6, "short": 0},
+        4,
+        id="longer-jobs-past-the-shorter-limit-leave-it-none",
+    ),
+    pytest.param(
+        # short's limit (6 GPUs) counts long's and mid's Jobs together: 3 + 3 = 6, none left.
+        [
+            rc("long", 1, checkpointIntervalSeconds=LONG, priority=3, maxJobs=3),
+            rc("mid", 1, checkpointIntervalSeconds=MID, priority=2, maxJobs=3),
+            rc("short", 1, checkpointIntervalSeconds=SHORT),
+        ],
+        {"short": 4},
+        {"long": 3, "mid": 3, "short": 0},
+        4,
+        id="the-shortest-limit-counts-every-longer-class",
+    ),
+]
+
+
+@pytest.mark.parametrize(("classes", "withhold", "slots", "withheld"), WITHHOLD_CASES)
+def test_the_forecast_withholds_whole_jobs_longest_interval_first(
+    classes: list[dict[str, Any]], withhold: dict[str, int], slots: dict[str, int], withheld: int
+) -> None:
+    cfg = make_cfg(classes)
+    split, research = split_pool(
+        cfg, {"chat": sd("chat", 1, 1)}, Capacity(14), 0, ready_for_research=True, withhold=withhold
+    )
+    assert split.headroom_gpus == 10
+    got = {n: d.slots for n, d in research.items()}
+    assert got == slots and all(type(v) is int for v in got.values())
+    assert split.forecast_withheld_gpus == withheld
+    assert split.research_gpus == sum(d.slots * d.gpus_per_job for d in research.values())
+    for d in research.values():
+        assert type(d.withheld_slots) is int
+        if d.withheld_slots:
+            assert f"forecast withholds {d.withheld_slots} Job(s): inference needs " in d.reason
+            assert f"{withhold[d.name]} more GPU(s)" in d.reason
 
 
 # --- harvest meter ---------------------------------------------------------------------
@@ -371,6 +495,15 @@ def test_harvest_meter_integrates_gpu_hours() -> None:
     h.observe(0, 3605.0)  # the 8 GPUs were held until 3605
     h.observe(0, 7200.0)
     assert h.gpu_hours == pytest.approx(8.0 + 8 * 5 / 3600)
+
+
+def test_harvest_meter_default_gap_is_a_minute_and_any_positive_cap_is_accepted() -> None:
+    h = HarvestMeter()
+    h.observe(6, 0.0)
+    assert h.observe(6, 600.0) == pytest.approx(6 * 60 / 3600)
+    short = HarvestMeter(max_interval_seconds=0.5)  # a cap below a second is still a cap
+    short.observe(3600, 0.0)
+    assert short.observe(0, 10.0) == pytest.approx(3600 * 0.5 / 3600)
 
 
 def test_harvest_meter_caps_gaps_and_ignores_backwards_clock() -> None:
@@ -519,6 +652,30 @@ def test_a_held_reserve_follows_a_reload_and_each_copy_keeps_its_own() -> None:
     assert twin.reserve(3705.0, rising=True).gpus == 2  # back on: nothing held from before
 
 
+def test_a_fresh_tracker_holds_nothing_while_rising() -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    assert t.reserve(0.0, rising=True) == (4, 0)
+
+
+def test_turned_off_and_on_without_a_cycle_between_holds_nothing_from_before() -> None:
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    t.observe(0.0, 8)
+    t.observe(100.0, 20)
+    assert t.reserve(100.0, rising=True).gpus == 4 + 12
+    t.reconfigure(make_cfg([rc("a", 1)], reserve=4, adaptive={"enabled": False}).pool)
+    t.reconfigure(make_cfg([rc("a", 1)], reserve=4, adaptive={"enabled": True}).pool)
+    assert t.reserve(101.0, rising=True) == (4, 0)
+
+
+def test_two_samples_at_the_same_instant_both_count() -> None:
+    # A coarse clock can stamp two cycles alike: the later one is no backwards step.
+    t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
+    t.observe(0.0, 16)
+    t.observe(100.0, 8)
+    t.observe(100.0, 20)
+    assert t.adaptive_gpus(100.0) == 12
+
+
 def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
     t = tracker(enabled=True, windowSeconds=3600, leadTimeSeconds=300, maxGPUs=16)
     t.observe(100.0, 8)
@@ -529,7 +686,7 @@ def test_reserve_ignores_backwards_clock_and_reconfigures() -> None:
     assert t.adaptive_gpus(200.0) == 12
     t.reconfigure(make_cfg([rc("a", 1)], reserve=1, adaptive={"maxGPUs": 5, "enabled": True}).pool)
     assert t.reserve(200.0).gpus == 1 + 5
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"GPU counts must be >= 0, got -1, None"):
         t.observe(300.0, -1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"GPU counts must be >= 0, got 8, -1"):
         t.observe(300.0, 8, -1)

@@ -129,6 +129,8 @@ LEADS = {
     "never-below-the-give-back": (600, 60.0, 60.0),
     "a-lead-below-the-grace-is-never-lengthened": (300, 599.0, 300.0),
     "short-lead-shortened-to-the-give-back": (300, 60.0, 60.0),
+    # research gone at once (a force delete) still leaves one second to cover
+    "never-below-a-second": (300, 0.0, 1.0),
 }
 
 
