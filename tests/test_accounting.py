@@ -8,7 +8,7 @@ import pytest
 
 from scaler.config import Config, ResearchClass, parse_config
 from scaler.core.accounting import Capacity, HarvestMeter, allocate, inference_gpus, split_pool
-from scaler.core.decision import QueueRead, ServiceDecision, replica_room
+from scaler.core.decision import Decision, QueueRead, ServiceDecision, replica_room
 from scaler.core.reserve import ReserveTracker
 
 
@@ -214,15 +214,24 @@ def test_a_failing_pool_still_shows_the_queue_read() -> None:
     assert research["q"].slots == 0 and research["q"].queued_items == 4
 
 
+ONE_OF = "^a QueueRead has items or an error, not both or neither$"
+WARNING = "^a QueueRead warning goes with items, an unread queue has its error$"
+
+
 @pytest.mark.parametrize(
-    ("items", "error", "warning"),
-    [(None, None, None), (3, "boom", None), (-1, None, None), (None, "down", "stale")],
+    ("items", "error", "warning", "message"),
+    [
+        (None, None, None, ONE_OF),
+        (3, "boom", None, ONE_OF),
+        (-1, None, None, "^negative item count -1$"),
+        (None, "down", "stale", WARNING),
+    ],
     ids=["neither", "both", "negative", "warning-without-items"],
 )
 def test_a_queue_read_is_items_or_an_error(
-    items: int | None, error: str | None, warning: str | None
+    items: int | None, error: str | None, warning: str | None, message: str
 ) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         QueueRead(items, error, warning)
 
 
@@ -351,11 +360,18 @@ def test_headroom_never_negative_and_foreign_subtracted() -> None:
         pytest.param((3, 3, 2), 4, 0, id="eight-free-none-on-one-node"),
         pytest.param((7, 5, 0), 4, 2, id="remainders-wasted"),
         pytest.param((3, 3, 2), 1, 8, id="one-gpu-replicas-fit-anywhere"),
+        pytest.param((1, 1, 0), 1, 2, id="one-free-gpu-is-room-for-one"),
         pytest.param((8,), 8, 1, id="a-whole-node"),
     ],
 )
 def test_replica_room(free: tuple[int, ...], gpus: int, room: int) -> None:
     assert replica_room(free, gpus) == room
+
+
+def test_before_the_first_cycle_the_decision_is_empty_and_dated_never() -> None:
+    d = Decision.initial()
+    assert (d.seq, d.wall_time, dict(d.services), dict(d.research)) == (0, 0.0, {}, {})
+    assert d.config is None
 
 
 def test_replica_room_needs_a_replica_size() -> None:

@@ -99,6 +99,14 @@ PLANNED = {
         "last 5",
     ),
     "capped-at-the-grace": ({}, (604.0, 601.0, 60.0, 60.0, 60.0), 600.0, 604.0, "whole grace"),
+    # Exactly the grace is a measurement within it (a pod the kubelet killed on time).
+    "exactly-the-grace": (
+        {},
+        (600.0, 60.0, 60.0, 60.0, 60.0),
+        600.0,
+        600.0,
+        "measured 600 s (longest of the last 5)",
+    ),
 }
 
 
