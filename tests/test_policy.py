@@ -4,19 +4,22 @@ stabilization, step limits, scale-up cap, cold start, stale data, HPA tolerance,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from scaler.config import InferenceService
-from scaler.core.decision import ServiceDecision, SignalVerdict
+from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
 from scaler.core.load import ServiceLoad
 from scaler.core.policy import (
     PolicyState,
     Smoothed,
     _cold_start_cap,
+    _with_calm,
     decide,
     format_decision,
+    format_slo,
     hpa_replicas,
     hpa_tolerance_note,
     learn_batch,
@@ -26,6 +29,8 @@ from scaler.core.policy import (
     signal_verdicts,
     smooth,
 )
+from scaler.core.ramp import RateSwing, RateTrend
+from scaler.core.slo import Learned, SloEntry
 
 
 def make_svc(
@@ -168,6 +173,48 @@ def test_queue_need_is_the_loads_not_the_replica_counts(
     waiting: float, running: float, replicas: int, batch: float | None, asks: int, needs: int
 ) -> None:
     assert queue_replicas(waiting, replicas, 5, running=running, batch=batch) == asks
+    assert queue_need(waiting, replicas, 5, running, batch) == needs
+
+
+@pytest.mark.parametrize(
+    ("batch", "asks", "needs"),
+    [
+        # a batch below one request per replica is still a batch (1 running on 2 ready):
+        # in a breach (20 + 10) / (0.5 + 5) -> 6 where the threshold alone asks 20 / 5 = 4;
+        # the need counts the 5 running per replica seen: 30 / (5 + 5) -> 3
+        pytest.param(0.5, 6, 3, id="half-a-request-per-replica"),
+        # 0 (or less) is "not learned": the threshold alone
+        pytest.param(0.0, 4, 4, id="zero-is-no-batch"),
+        pytest.param(None, 4, 4, id="no-batch"),
+    ],
+)
+def test_a_batch_counts_from_above_zero(batch: float | None, asks: int, needs: int) -> None:
+    assert queue_replicas(20, 2, 5, running=10, batch=batch) == asks
+    assert queue_need(20, 2, 5, 10, batch) == needs
+
+
+def test_queue_replicas_counts_no_running_unless_told() -> None:
+    # a breach on 2 replicas with a batch of 2: (12 + 0) / (2 + 5) -> 2 (held at 2), with one
+    # running request more it would be 13 / 7 -> 2 as well; 30 waiting: 30 / 7 -> 5
+    assert queue_replicas(30, 2, 5, batch=2) == 5
+    assert queue_replicas(30, 2, 5, running=5, batch=2) == 5
+    assert queue_replicas(29, 2, 5, batch=2) == 5
+    assert queue_replicas(27, 2, 5, batch=2) == 4
+
+
+@pytest.mark.parametrize(
+    ("waiting", "replicas", "running", "batch", "needs"),
+    [
+        # 2 replicas running 10 each prove a batch of 10, above the learned 4: 30 / 15 -> 2
+        pytest.param(10, 2, 20, 4, 2, id="running-proves-a-larger-batch"),
+        pytest.param(5, 1, 10, 4, 1, id="one-replica-proves-it-too"),
+        # none ready: nothing seen, the learned batch alone: 12 / 5.5 -> 3
+        pytest.param(12, 0, 0, 0.5, 3, id="no-replica-no-batch-seen"),
+    ],
+)
+def test_queue_need_counts_the_batch_the_replicas_run(
+    waiting: float, replicas: int, running: float, batch: float, needs: int
+) -> None:
     assert queue_need(waiting, replicas, 5, running, batch) == needs
 
 
@@ -691,7 +738,7 @@ def test_a_count_too_large_to_size_asks_the_most(load: dict[str, float]) -> None
 
 def test_stale_reason_without_aggregator_reason() -> None:
     d, _ = decide(make_svc(), make_load(ready=0, complete=True, starting=1), None, 0.0)
-    assert d.desired is None and "no ready replica" in d.reason
+    assert d.desired is None and d.reason == "no target yet: no ready replica to read"
 
 
 def test_stale_cycle_restarts_the_scale_down_window() -> None:
@@ -748,6 +795,96 @@ def test_replicas_read_may_raise_while_others_are_unread(
         )
         assert st.raised_at == 5.0 and st.window[-1] == (5.0, expected)
         assert d.recommended is not None and d.signals
+
+
+def remembering(svc: InferenceService, desired: int) -> PolicyState:
+    """A settled state with every piece of memory set to something of its own."""
+    return replace(
+        settled_at(svc, desired),
+        raised_at=-500.0,  # past coldStartSeconds (180 s): no cap on the queue
+        waiting_at_raise=17.0,
+        lowered_at=-20.0,
+        window=((-400.0, desired + 3), (-100.0, desired + 2), (0.0, desired)),
+        batch_per_replica=6.5,
+        slo_window=(SloEntry(-5.0, 90.0, 100.0, 20.0, desired),),
+        learned=Learned(capacity_rps=2.5, changed_at=-60.0, source="a bin that missed"),
+        smoothed=Smoothed(-5.0, 3.0, 30.0),
+        trend=RateTrend(-5.0, 20.0, 18.0),
+        rate_swing=RateSwing(-3000.0, -5.0, 0.3, 0.9),
+    )
+
+
+KEPT = (
+    "batch_per_replica",
+    "slo_window",
+    "learned",
+    "smoothed",
+    "trend",
+    "rate_swing",
+    "lowered_at",
+)
+
+
+@pytest.mark.parametrize(
+    "load_kw",
+    [
+        pytest.param({"complete": False, "unhealthy": 1, "ready": 3}, id="stale"),
+        pytest.param({"kv_usage_mean": float("nan")}, id="garbage"),
+    ],
+)
+def test_a_hold_keeps_what_was_learned(load_kw: dict[str, Any]) -> None:
+    """A cycle without evidence learns nothing and forgets nothing: the next usable cycle
+    starts from the same batch, capacity, averages and raise (the window restarts)."""
+    svc = make_svc()
+    prev = remembering(svc, 4)
+    d, st = decide(svc, make_load(reason=UNREAD, **load_kw), prev, 5.0)
+    assert (d.desired, d.decided_by, d.fresh) == (4, "stale", False)
+    assert {k: getattr(st, k) for k in KEPT} == {k: getattr(prev, k) for k in KEPT}
+    assert (st.raised_at, st.waiting_at_raise) == (-500.0, 17.0)
+    assert (st.desired, st.updated_at, st.low_since) == (4, 5.0, None)
+    # the window drops what is older than stabilizationSeconds (300 s) and adds the hold
+    assert st.window == ((-100.0, 6), (0.0, 4), (5.0, 4))
+
+
+def test_a_hold_without_a_target_keeps_its_window_as_it_was() -> None:
+    svc = make_svc()
+    prev = replace(remembering(svc, 4), desired=None)
+    _, st = decide(svc, make_load(complete=False, unhealthy=4, ready=0), prev, 5.0)
+    assert st.desired is None and st.window == prev.window
+    assert {k: getattr(st, k) for k in KEPT} == {k: getattr(prev, k) for k in KEPT}
+
+
+def test_an_abstaining_hold_shows_the_signals_that_abstain() -> None:
+    svc = make_svc(thresholds={"tokensPerSecondPerReplica": 1000})
+    st = settled_at(svc, 4)
+    d, _ = decide(svc, make_load(tokens_per_s=None), st, 5.0)
+    assert d.decided_by == "abstain"
+    assert [(v.signal, v.abstain) for v in d.signals] == [("throughput", True)]
+
+
+def test_a_partial_raise_keeps_what_was_learned_and_records_the_raise() -> None:
+    svc = make_svc()
+    prev = remembering(svc, 4)
+    load = make_load(ready=3, unhealthy=1, complete=False, reason=UNREAD, waiting=60.0)
+    d, st = decide(svc, load, prev, 5.0)
+    # The replicas read are sized with what the service learned: its batch of 6.5 per
+    # replica asks 6, where the bare threshold (no memory) would ask 3 x 20 / 5 = 12.
+    assert (d.desired, d.decided_by, d.fresh) == (6, "queue", False)
+    assert {k: getattr(st, k) for k in KEPT} == {k: getattr(prev, k) for k in KEPT}
+    assert (st.desired, st.raised_at, st.waiting_at_raise) == (6, 5.0, 60.0)
+    assert st.window == ((-100.0, 6), (0.0, 4), (5.0, 6))
+    assert d.reason == (
+        "scale up 4->6 on the 3 of 4 serving replicas read (never lower on the rest): "
+        f"queue asks 6 (20 waiting/replica vs target 5); unread: {UNREAD}"
+    )
+
+
+def test_a_partial_raise_shows_the_objective_it_measured() -> None:
+    svc = make_svc(slo={"ttftSeconds": 2.0, "attainment": 0.99})
+    load = make_load(ready=3, unhealthy=1, complete=False, reason=UNREAD, waiting=60.0)
+    d, _ = decide(svc, load, settled_at(svc, 4), 5.0)
+    assert d.desired == 12 and d.slo is not None
+    assert (d.slo.ttft_s, d.slo.objective) == (2.0, 0.99)
 
 
 def test_a_partial_raise_goes_down_only_through_the_window() -> None:
@@ -825,6 +962,77 @@ def test_abstaining_signal_blocks_scale_down_not_scale_up() -> None:
 )
 def test_hpa_replicas(value: int, current: int, tolerance: float, expected: int) -> None:
     assert hpa_replicas(value, current, tolerance) == expected
+
+
+def test_hpa_replicas_from_one_replica_keeps_it_within_the_tolerance() -> None:
+    assert hpa_replicas(1.05, 1) == 1
+    assert hpa_replicas(1.2, 1) == 2
+    assert hpa_replicas(3.0, 0) == 3  # from none (KEDA's activation): the value itself
+
+
+CALM_TAU = 60.0
+
+
+def verdict(signal: str, replicas: int, **kw: Any) -> SignalVerdict:
+    return SignalVerdict(signal, float(replicas), 1.0, replicas, **kw)
+
+
+CALM_CASES = {
+    "lower-average-is-the-calm": (
+        [verdict("queue", 6, need=6)],
+        [verdict("queue", 3, need=3)],
+        frozenset(),
+        [verdict("queue", 6, need=3, calm=3,
+                 note="averaged over 60 s: 3 for the scale-down window")],
+    ),
+    "the-signal-s-own-note-comes-first": (
+        [verdict("queue", 6, note="capped during cold start")],
+        [verdict("queue", 3)],
+        frozenset(),
+        [verdict("queue", 6, calm=3, note="capped during cold start; averaged over 60 s: 3 "
+                 "for the scale-down window")],
+    ),
+    "an-equal-average-changes-nothing": (
+        [verdict("queue", 6, need=6)], [verdict("queue", 6, need=4)], frozenset(),
+        [verdict("queue", 6, need=4)],
+    ),
+    "a-higher-average-changes-nothing": (
+        [verdict("kv-cache", 3)], [verdict("kv-cache", 5)], frozenset(), [verdict("kv-cache", 3)],
+    ),
+    "an-abstaining-signal-stays-as-it-is": (
+        [verdict("throughput", 0, abstain=True)], [verdict("throughput", 0)], frozenset(),
+        [verdict("throughput", 0, abstain=True)],
+    ),
+    "a-need-without-an-averaged-need-is-kept": (
+        [verdict("queue", 6, need=5)], [verdict("queue", 3)], frozenset(),
+        [verdict("queue", 6, need=5, calm=3,
+                 note="averaged over 60 s: 3 for the scale-down window")],
+    ),
+    "a-signal-without-an-average-then-one-with": (
+        [verdict("slo", 7), verdict("queue", 6)], [verdict("queue", 2)], frozenset(),
+        [verdict("slo", 7),
+         verdict("queue", 6, calm=2, note="averaged over 60 s: 2 for the scale-down window")],
+    ),
+    "on-the-average-asks-the-average": (
+        [verdict("queue", 6), verdict("kv-cache", 4)],
+        [verdict("queue", 2), verdict("kv-cache", 1)],
+        frozenset({"queue"}),
+        [SignalVerdict("queue", 6.0, 1.0, 2, note="averaged over 60 s: 2 for the scale-down "
+                       "window; a smooth rate: raises only on the average"),
+         verdict("kv-cache", 4, calm=1,
+                 note="averaged over 60 s: 1 for the scale-down window")],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("now", "avg", "on_avg", "want"), CALM_CASES.values(), ids=CALM_CASES)
+def test_with_calm(
+    now: list[SignalVerdict],
+    avg: list[SignalVerdict],
+    on_avg: frozenset[str],
+    want: list[SignalVerdict],
+) -> None:
+    assert list(_with_calm(tuple(now), tuple(avg), CALM_TAU, on_avg)) == want
 
 
 def test_hpa_tolerance_note_and_safe_tolerance() -> None:
@@ -985,6 +1193,118 @@ def test_format_decision_shows_numbers_and_verdicts() -> None:
     assert rows["kv-cache"][1:4] == ["0.4", "0.8", "1"]
     assert rows["throughput"][1:4] == ["-", "900", "-"]
     assert "abstains: no token rate yet" in text
+
+
+SLO_FULL = SloStatus(
+    ttft_s=2.0,
+    objective=0.99,
+    window_s=300.0,
+    attainment=0.9712,
+    requests=1234.4,
+    capacity_rps=2.456,
+    requests_per_s=12.345,
+    itl_s=0.05,
+    itl_attainment=0.995,
+    bucket=(1.0, 2.5),
+    capacity_source="a bin that missed",
+)
+SLO_CASES = {
+    "everything": (
+        SLO_FULL,
+        "slo: objective 99.00% of requests with TTFT <= 2 s over 300 s; measured 97.12% of "
+        "1234 requests; inter-token <= 0.05 s: 99.50%; 12.3 req/s; capacity at the objective "
+        "2.46 req/s/replica (read from: a bin that missed); 2 s lies inside the engine's "
+        "(1, 2.5] s bucket: the attainment is interpolated, an estimate (state the objective "
+        "on a bucket bound, e.g. 2.5 s, or give the engine a bound at 2 s, to measure it "
+        "exactly)",
+    ),
+    "nothing-yet": (
+        replace(
+            SLO_FULL,
+            attainment=None,
+            requests=0.0,
+            capacity_rps=None,
+            requests_per_s=None,
+            itl_attainment=None,
+            bucket=None,
+        ),
+        "slo: objective 99.00% of requests with TTFT <= 2 s over 300 s; measured not measured "
+        "yet of 0 requests; inter-token <= 0.05 s: -; - req/s; capacity at the objective not "
+        "learned yet",
+    ),
+    "no-itl-objective-no-source": (
+        replace(SLO_FULL, itl_s=None, bucket=None, capacity_source=None),
+        "slo: objective 99.00% of requests with TTFT <= 2 s over 300 s; measured 97.12% of "
+        "1234 requests; 12.3 req/s; capacity at the objective 2.46 req/s/replica",
+    ),
+    "a-source-without-a-capacity-is-not-shown": (
+        replace(SLO_FULL, itl_s=None, bucket=None, capacity_rps=None),
+        "slo: objective 99.00% of requests with TTFT <= 2 s over 300 s; measured 97.12% of "
+        "1234 requests; 12.3 req/s; capacity at the objective not learned yet",
+    ),
+}
+
+
+@pytest.mark.parametrize(("status", "line"), SLO_CASES.values(), ids=SLO_CASES)
+def test_format_slo_word_for_word(status: SloStatus, line: str) -> None:
+    assert format_slo(status) == line
+
+
+def test_format_decision_word_for_word() -> None:
+    """explain's block for one service, whole: what an SRE reads on call."""
+    d = ServiceDecision(
+        name="chat",
+        namespace="serving",
+        desired=6,
+        current=5,
+        ready=4,
+        starting=1,
+        reason="scale up 5->6: queue asks 6",
+        signals=(
+            SignalVerdict("queue", 12.5, 5.0, 6, note="capped during cold start"),
+            SignalVerdict("kv-cache", 0.4567, 0.8, 3),
+            SignalVerdict("throughput", 0.0, 900.0, 0, abstain=True, note="no token rate yet"),
+            SignalVerdict("slo", 0.971, 0.99, 250),
+        ),
+        fresh=True,
+        decided_by="queue",
+        hpa_note="the HPA's 10 % tolerance keeps 5",
+        slo=replace(SLO_FULL, itl_s=None, bucket=None),
+        forecast_note="3 weekdays fit",
+        queue_note="no signal reads the queue",
+    )
+    assert format_decision(d).splitlines() == [
+        "serving/chat: desired 6 [queue], now 5 (ready 4, starting 1), fresh",
+        "  reason: scale up 5->6: queue asks 6",
+        "  signal            value     target  asks  note",
+        "  queue              12.5          5     6  capped during cold start",
+        "  kv-cache           0.46        0.8     3",
+        "  throughput            -        900     -  abstains: no token rate yet",
+        "  slo                0.97       0.99   250",
+        "  " + format_slo(d.slo),
+        "  forecast: 3 weekdays fit",
+        "  hpa: the HPA's 10 % tolerance keeps 5",
+        "  queue unread: no signal reads the queue",
+    ]
+    bare = replace(d, signals=(), fresh=False, decided_by="", slo=None, hpa_note="")
+    assert format_decision(replace(bare, forecast_note="", queue_note="")).splitlines() == [
+        "serving/chat: desired 6, now 5 (ready 4, starting 1), NOT FRESH",
+        "  reason: scale up 5->6: queue asks 6",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(99.99, "99.99"), (100.0, "100"), (100.4, "100"), (1234.5, "1234"), (0.5, "0.5"),
+     (0.05, "0.05"), (2.0, "2"), (0.001, "0")],
+)  # fmt: skip
+def test_explain_numbers(value: float, text: str) -> None:
+    row = format_decision(
+        ServiceDecision(
+            "chat", "serving", 1, 1, 1, 0, "r", (SignalVerdict("queue", value, value, 1),)
+        )
+    ).splitlines()[3]
+    assert row.split()[1:3] == [text, text]
 
 
 def test_format_decision_without_target() -> None:
