@@ -11,11 +11,12 @@ import pytest
 
 from scaler.config import InferenceService
 from scaler.core.decision import ServiceDecision, SignalVerdict, SloStatus
-from scaler.core.load import ServiceLoad
+from scaler.core.load import KV_USAGE_MAX, ServiceLoad
 from scaler.core.policy import (
     PolicyState,
     Smoothed,
     _cold_start_cap,
+    _window,
     _with_calm,
     decide,
     format_decision,
@@ -235,6 +236,23 @@ def test_learn_batch_only_from_a_real_queue(
 ) -> None:
     svc = make_svc(thresholds={"waitingPerReplica": 5})
     assert learn_batch(svc, make_load(**load_kw), prev) == expected
+
+
+@pytest.mark.parametrize(
+    ("threshold", "load_kw", "expected"),
+    [
+        pytest.param(5, {"ready": 1, "waiting": 50.0, "running": 1.0}, 1.0, id="one-replica"),
+        pytest.param(1, {"ready": 2, "waiting": 4.0, "running": 12.0}, 6.0, id="threshold-1"),
+        pytest.param(0.5, {"ready": 2, "waiting": 4.0, "running": 12.0}, 6.0, id="threshold-half"),
+        # queue signal off: waiting >= 0 holds always, nothing proves a full batch
+        pytest.param(0, {"ready": 2, "waiting": 4.0, "running": 12.0}, 7.0, id="queue-off"),
+        # a queue with nothing running is no batch (a batch of 0 would size for nothing)
+        pytest.param(5, {"ready": 2, "waiting": 40.0, "running": 0.0}, 7.0, id="none-running"),
+    ],
+)  # fmt: skip
+def test_learn_batch_edges(threshold: float, load_kw: dict[str, Any], expected: float) -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": threshold, "runningPerReplica": 4})
+    assert learn_batch(svc, make_load(**load_kw), 7.0) == expected
 
 
 def saturating(ready: int, starting: int, demand: float, batch: int) -> ServiceLoad:
@@ -686,17 +704,26 @@ def test_stale_data_holds_and_never_lowers(
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("bad", "words"),
     [
-        pytest.param({"kv_usage_mean": float("nan")}, id="nan-kv"),
-        pytest.param({"waiting": float("inf")}, id="inf-waiting"),
-        pytest.param({"tokens_per_s": -5.0}, id="negative-rate"),
-        pytest.param({"running": float("-inf")}, id="minus-inf-running"),
-        pytest.param({"kv_usage_mean": 6.4e306}, id="kv-far-above-a-fraction"),
-        pytest.param({"kv_usage_max": 1.5}, id="kv-above-one"),
+        pytest.param({"kv_usage_mean": float("nan")}, "kv_usage_mean=nan", id="nan-kv"),
+        pytest.param({"waiting": float("inf")}, "waiting=inf", id="inf-waiting"),
+        pytest.param({"tokens_per_s": -5.0}, "tokens_per_s=-5.0", id="negative-rate"),
+        pytest.param({"running": float("-inf")}, "running=-inf", id="minus-inf-running"),
+        pytest.param(
+            {"kv_usage_mean": 6.4e306},
+            "kv_usage_mean=6.4e+306 (a fraction 0-1)",
+            id="kv-far-above-a-fraction",
+        ),
+        pytest.param({"kv_usage_max": 1.5}, "kv_usage_max=1.5 (a fraction 0-1)", id="kv-above-one"),
+        pytest.param(
+            {"waiting": -1.0, "kv_usage_max": float("inf")},
+            "waiting=-1.0, kv_usage_max=inf",
+            id="two-named-in-order",
+        ),
     ],
 )
-def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float]) -> None:
+def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float], words: str) -> None:
     svc = make_svc(
         thresholds={
             "waitingPerReplica": 5,
@@ -708,9 +735,17 @@ def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float]) -> None:
     st = settled_at(svc, 6)
     d, _ = decide(svc, make_load(ready=6, **bad), st, 5.0)
     assert (d.desired, d.fresh, d.decided_by) == (6, False, "stale")
-    assert next(iter(bad)) in d.reason
+    assert d.reason == f"hold 6 (never lower without data): unusable value(s) in load: {words}"
     first, _ = decide(svc, make_load(ready=6, **bad), None, 5.0)
     assert first.desired is None
+
+
+def test_a_kv_usage_at_its_ceiling_is_a_reading() -> None:
+    # KV_USAGE_MAX is the last value accepted (a mean's rounding above 1.0), not garbage.
+    svc = make_svc()
+    load = make_load(ready=6, kv_usage_mean=KV_USAGE_MAX, kv_usage_max=KV_USAGE_MAX)
+    d, _ = decide(svc, load, settled_at(svc, 6), 5.0)
+    assert d.fresh and d.decided_by != "stale" and d.desired == 8, d.reason
 
 
 @pytest.mark.parametrize(
@@ -844,6 +879,22 @@ def test_a_hold_keeps_what_was_learned(load_kw: dict[str, Any]) -> None:
     assert (st.desired, st.updated_at, st.low_since) == (4, 5.0, None)
     # the window drops what is older than stabilizationSeconds (300 s) and adds the hold
     assert st.window == ((-100.0, 6), (0.0, 4), (5.0, 4))
+
+
+@pytest.mark.parametrize(
+    ("entries", "kept"),
+    [
+        pytest.param(((99.9, 5),), (), id="older-than-the-window"),
+        pytest.param(((100.0, 5),), ((100.0, 5),), id="exactly-the-window-old"),
+        pytest.param(((400.0, 5),), ((400.0, 5),), id="same-instant"),
+        pytest.param(((400.5, 5),), (), id="from-the-future"),
+    ],
+)
+def test_the_window_keeps_entries_within_its_seconds(
+    entries: tuple[tuple[float, int], ...], kept: tuple[tuple[float, int], ...]
+) -> None:
+    prev = PolicyState(desired=5, updated_at=0.0, window=entries)
+    assert _window(prev, 400.0, 300.0, 4) == (*kept, (400.0, 4))
 
 
 def test_a_hold_without_a_target_keeps_its_window_as_it_was() -> None:
@@ -1088,6 +1139,20 @@ def test_decision_carries_hpa_note_when_default_tolerance_swallows_it() -> None:
             None,
             (),
             id="less-than-one-waiting-per-replica",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0, "runningPerReplica": 8},
+            {"waiting": 4.0, "running": 20.0},
+            None,
+            ("4 request(s) wait (1 per ready replica)",),
+            id="exactly-one-waiting-per-replica",
+        ),
+        pytest.param(
+            {"waitingPerReplica": 0.5, "runningPerReplica": 8},
+            {"waiting": 1.6, "running": 20.0},
+            None,
+            (),
+            id="a-threshold-below-one-reads-the-queue",
         ),
         pytest.param(
             {"waitingPerReplica": 0, "runningPerReplica": 4},
@@ -1389,6 +1454,7 @@ def test_the_forecast_alone_holds_like_missing_data(forecast: int | None, want: 
         pytest.param((0.0, 0.0, 0.0), 3600.0, 60.0, (3600.0, 20.0, 40.0), id="gap-forgets"),
         pytest.param((10.0, 0.0, 0.0), 10.0, 60.0, (10.0, 20.0, 40.0), id="same-instant"),
         pytest.param((0.0, 0.0, 0.0), 60.0, 0.0, None, id="off"),
+        pytest.param((0.0, 0.0, 0.0), 60.0, 0.5, (60.0, 20.0, 40.0), id="sub-second-is-on"),
     ],
 )
 def test_smooth(
