@@ -200,7 +200,8 @@ def test_queue_replicas_counts_no_running_unless_told() -> None:
     assert queue_replicas(30, 2, 5, batch=2) == 5
     assert queue_replicas(30, 2, 5, running=5, batch=2) == 5
     assert queue_replicas(29, 2, 5, batch=2) == 5
-    assert queue_replicas(27, 2, 5, batch=2) == 4
+    assert queue_replicas(28, 2, 5, batch=2) == 4  # 28 / 7 exactly: one running more is 5
+    assert queue_replicas(28, 2, 5, running=1, batch=2) == 5
 
 
 @pytest.mark.parametrize(
@@ -698,6 +699,8 @@ def test_stale_data_holds_and_never_lowers(
     load = make_load(reason="10.0.0.5:8000: connect timeout", **load_kw)
     d, st = decide(svc, load, prev, 5.0)
     assert d.desired == expected and st.desired == expected
+    if prev is None:  # nothing to keep, nothing made up
+        assert st == PolicyState(desired=None, updated_at=5.0)
     assert not d.fresh
     assert "10.0.0.5:8000: connect timeout" in d.reason
     assert d.decided_by == "stale" and d.recommended is None
@@ -1210,6 +1213,37 @@ def test_explain_names_a_queue_no_signal_reads(
             assert part in d.queue_note
     else:
         assert d.queue_note == "" and "queue unread" not in text
+
+
+def test_the_unread_queue_note_word_for_word() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 0, "runningPerReplica": 8})
+    d, _ = decide(svc, make_load(ready=4, waiting=30.0, running=20.0), settled_at(svc, 4), 5.0)
+    assert d.queue_note == (
+        "30 request(s) wait (7.5 per ready replica) and no signal reads the queue "
+        "(thresholds.waitingPerReplica: 0, no slo); a replica runs 5 with requests waiting, "
+        "below runningPerReplica 8: the concurrency signal cannot see a full replica (set it "
+        "at or below what one runs when full, e.g. vLLM's --max-num-seqs); set "
+        "waitingPerReplica (default 5) or state an slo"
+    )
+
+
+def test_the_unread_queue_note_without_the_concurrency_hint_at_a_full_replica() -> None:
+    svc = make_svc(thresholds={"waitingPerReplica": 0, "runningPerReplica": 5})
+    d, _ = decide(svc, make_load(ready=4, waiting=30.0, running=20.0), settled_at(svc, 4), 5.0)
+    assert d.desired == 4
+    assert d.queue_note == (
+        "30 request(s) wait (7.5 per ready replica) and no signal reads the queue "
+        "(thresholds.waitingPerReplica: 0, no slo); set waitingPerReplica (default 5) or "
+        "state an slo"
+    )
+
+
+def test_a_queue_threshold_below_one_reads_the_queue_even_at_max() -> None:
+    # 4 waiting on 4 replicas against 0.5 asks 8, capped at maxReplicas 4: no rise, and
+    # still the queue is read by a signal, so no note.
+    svc = make_svc(thresholds={"waitingPerReplica": 0.5, "runningPerReplica": 8}, maxReplicas=4)
+    d, _ = decide(svc, make_load(ready=4, waiting=4.0, running=20.0), settled_at(svc, 4), 5.0)
+    assert d.desired == 4 and d.queue_note == ""
 
 
 def test_the_staircase_descent_carries_the_queue_note_all_the_way() -> None:
