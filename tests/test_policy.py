@@ -701,6 +701,7 @@ def test_stale_data_holds_and_never_lowers(
     assert d.desired == expected and st.desired == expected
     if prev is None:  # nothing to keep, nothing made up
         assert st == PolicyState(desired=None, updated_at=5.0)
+    assert d.signals == ()  # nothing was read: no signal shown as if it had asked
     assert not d.fresh
     assert "10.0.0.5:8000: connect timeout" in d.reason
     assert d.decided_by == "stale" and d.recommended is None
@@ -739,6 +740,7 @@ def test_garbage_values_hold_instead_of_crashing(bad: dict[str, float], words: s
     d, _ = decide(svc, make_load(ready=6, **bad), st, 5.0)
     assert (d.desired, d.fresh, d.decided_by) == (6, False, "stale")
     assert d.reason == f"hold 6 (never lower without data): unusable value(s) in load: {words}"
+    assert d.signals == ()
     first, _ = decide(svc, make_load(ready=6, **bad), None, 5.0)
     assert first.desired is None
 
@@ -806,6 +808,8 @@ UNREAD = "10.0.0.9:8000: read timeout after 2.0 s"
         pytest.param(None, {}, None, "stale", id="no-target-without-a-raise"),
         # 9 exist (3 read, 6 not): the 12 waiting ask 3, below them: hold what exists.
         pytest.param(4, {"waiting": 12.0, "unhealthy": 6}, 9, "stale", id="below-what-exists"),
+        # one replica read of two: 30 waiting on it ask 30 / 5 = 6
+        pytest.param(2, {"waiting": 30.0, "ready": 1}, 6, "queue", id="one-read-is-evidence"),
     ],
 )  # fmt: skip
 def test_replicas_read_may_raise_while_others_are_unread(
@@ -828,9 +832,8 @@ def test_replicas_read_may_raise_while_others_are_unread(
             prev.smoothed,
         )
     if by != "stale":
-        assert f"scale up {max(prev_desired or 0, load.current)}->{expected} on the 3 of 4" in (
-            d.reason
-        )
+        read = f"on the {load.ready} of {load.ready + load.unhealthy}"
+        assert f"scale up {max(prev_desired or 0, load.current)}->{expected} {read}" in (d.reason)
         assert st.raised_at == 5.0 and st.window[-1] == (5.0, expected)
         assert d.recommended is not None and d.signals
 
@@ -980,6 +983,9 @@ def test_abstaining_throughput_alone_holds_and_is_not_fresh() -> None:
     assert d1.desired == 4 and d1.fresh  # first reading: hold what exists
     d2, _ = decide(svc, make_load(tokens_per_s=None), st, 10.0)
     assert (d2.desired, d2.fresh, d2.decided_by) == (4, False, "abstain")
+    assert d2.reason == (
+        "hold 4 (never lower without data): no signal has a reading (throughput: no token rate yet)"
+    )
 
 
 def test_abstaining_signal_blocks_scale_down_not_scale_up() -> None:
@@ -1380,7 +1386,7 @@ def test_format_decision_word_for_word() -> None:
         "  kv-cache           0.46        0.8     3",
         "  throughput            -        900     -  abstains: no token rate yet",
         "  slo                0.97       0.99   250",
-        "  " + format_slo(d.slo),
+        "  " + format_slo(replace(SLO_FULL, itl_s=None, bucket=None)),
         "  forecast: 3 weekdays fit",
         "  hpa: the HPA's 10 % tolerance keeps 5",
         "  queue unread: no signal reads the queue",

@@ -94,12 +94,12 @@ def test_explain_says_when_the_objective_is_interpolated() -> None:
     assert svc.slo is not None
     load = make_load(hist(50, 90, 100, 100, 100), 20.0)
     w = observe(svc.slo, load, (), 5.0)
-    _, status = verdict(svc, load, w, None, None, 5.0)
+    _, status = verdict(svc, load, w, None, None)
     assert status.bucket == (1.0, 2.5)
     assert "inside the engine's (1, 2.5] s bucket" in format_slo(status)
     on_bound = make_svc(ttftSeconds=2.5)
     assert on_bound.slo is not None
-    _, status = verdict(on_bound, load, observe(on_bound.slo, load, (), 5.0), None, None, 5.0)
+    _, status = verdict(on_bound, load, observe(on_bound.slo, load, (), 5.0), None, None)
     assert status.bucket is None and "interpolated" not in format_slo(status)
 
 
@@ -409,9 +409,8 @@ def test_slo_verdict(
     note: str,
 ) -> None:
     svc = make_svc()
-    now = window[-1].t
     load = make_load(None, None, ready, starting=starting)
-    v, status = verdict(svc, load, window, capacity, raised_at, now)
+    v, status = verdict(svc, load, window, capacity, raised_at)
     assert (v.signal, v.replicas, v.abstain, v.calm) == ("slo", asks, False, calm)
     assert note in v.note
     assert status.capacity_rps == capacity
@@ -447,9 +446,7 @@ def test_a_step_down_waits_until_the_rate_is_clear_of_the_count_below(
     svc = make_svc()
     window = entries(60, 10, 10, rps, ready)
     load = make_load(None, None, ready)
-    v, _ = verdict(
-        svc, load, window, 1.0, None, window[-1].t, deadband=deadband, tolerance=tolerance
-    )
+    v, _ = verdict(svc, load, window, 1.0, None, deadband=deadband, tolerance=tolerance)
     assert (v.replicas, v.need) == (asks, needs)
     assert ("a step down waits until the rate is" in v.note) is noted
 
@@ -936,6 +933,38 @@ def test_with_the_objective_met_a_queue_below_its_hold_level_leaves_sizing_to_sl
     assert q.replicas == queue_asks
     assert ("objective met: the slo signal sizes" in q.note) == (settles in (4, 5))
     assert ("objective met on a smooth rate" in q.note) == (smooth and queue_asks < 10)
+
+
+# On a smooth rate the slo signal steps below the ready count only once the rate's ask x is
+# max(SMOOTH_DEADBAND = 0.5 replicas, SMOOTH_TOLERANCE = 10 % of x) clear of the count below;
+# on a bursty one at ceil(x). (request rate at 1 req/s per replica, ready, smooth, settles)
+MARGINS = {
+    # x = 2.6: the half replica decides (2.6 + 0.5 -> 4; 10 % alone would be 2.86 -> 3)
+    "small-ask-the-deadband-holds-one-more": (2.6, 6, True, 4),
+    "small-ask-bursty-at-the-ask": (2.6, 6, False, 3),
+    # x = 9.2: 10 % decides (9.2 + 0.92 -> 11; the half replica alone would be 9.7 -> 10)
+    "large-ask-the-tolerance-holds-one-more": (9.2, 12, True, 11),
+    "large-ask-bursty-at-the-ask": (9.2, 12, False, 10),
+}
+
+
+@pytest.mark.parametrize(("rps", "ready", "smooth", "settles"), MARGINS.values(), ids=MARGINS)
+def test_on_a_smooth_rate_the_slo_signal_steps_down_clear_of_the_rate(
+    rps: float, ready: int, smooth: bool, settles: int
+) -> None:
+    svc = make_svc()
+    load = make_load(MET, rps, ready=ready, running=float(ready))
+    _, state = decide(svc, load, None, 0.0)
+    state = replace(state, learned=Learned(capacity_rps=1.0))
+    for i in range(1, 300):
+        if smooth:
+            d, state = decide(svc, load, state, i * 5.0, smooth_rate=True)
+        else:  # a bursty rate is decide's default
+            d, state = decide(svc, load, state, i * 5.0)
+    assert d.desired == settles, d.reason
+    (v,) = [v for v in d.signals if v.signal == "slo"]
+    assert v.need == math.ceil(rps)  # the margin is never recorded as need
+    assert ("a step down waits until the rate is" in v.note) == smooth
 
 
 # A queue over its threshold for a cycle, with the objective met and settled on the request

@@ -458,7 +458,6 @@ def decide(
             slo_window,
             learned.capacity_rps,
             prev.raised_at if prev else None,
-            now,
             capacity_source=learned.source,
             deadband=SMOOTH_DEADBAND if smooth_rate else 0.0,
             tolerance=SMOOTH_TOLERANCE if smooth_rate else 0.0,

@@ -157,7 +157,6 @@ def verdict(
     window: tuple[SloEntry, ...],
     capacity: float | None,
     raised_at: float | None,
-    now: float,
     capacity_source: str | None = None,
     deadband: float = 0.0,
     tolerance: float = 0.0,
