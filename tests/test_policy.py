@@ -572,6 +572,7 @@ def test_scale_up_is_immediate_during_a_low_period() -> None:
     ("cap", "expected"),
     [
         pytest.param(0, [16, 16, 16], id="no-cap"),
+        pytest.param(1, [5, 6, 7], id="one-per-decision"),
         pytest.param(2, [6, 8, 10], id="two-per-decision"),
         pytest.param(5, [9, 14, 16], id="five-per-decision-then-max"),
     ],
@@ -586,6 +587,19 @@ def test_scale_up_cap_per_decision(cap: int, expected: list[int]) -> None:
         if cap and d.desired != 16:
             assert f"maxStepReplicas={cap}" in d.reason
     assert got == expected
+    assert settled_at(svc, 4).waiting_at_raise == 0.0  # no raise yet: no backlog at one
+
+
+def test_a_capped_scale_up_says_so_and_one_within_the_cap_does_not() -> None:
+    svc = make_svc(scale_up={"maxStepReplicas": 2}, thresholds={"waitingPerReplica": 5})
+    st = settled_at(svc, 4)
+    d, _ = decide(svc, make_load(ready=4, waiting=400.0), st, 5.0)
+    assert d.reason == (
+        "scale up 4->6: queue asks 80 (100 waiting/replica vs target 5), clamped to "
+        "maxReplicas 16; capped by scaleUp.maxStepReplicas=2"
+    )
+    d, _ = decide(svc, make_load(ready=4, waiting=30.0), st, 5.0)  # asks exactly 4 + 2
+    assert d.reason == "scale up 4->6: queue asks 6 (7.5 waiting/replica vs target 5)"
 
 
 # --- cold start ----------------------------------------------------------------------
@@ -996,8 +1010,16 @@ def test_abstaining_signal_blocks_scale_down_not_scale_up() -> None:
     st = settled_at(svc, 8)
     down, _ = decide(svc, low(tokens_per_s=None), st, 5.0)
     assert (down.desired, down.fresh, down.decided_by) == (8, False, "abstain")
+    assert down.reason == (
+        "hold 8: throughput has no reading; queue asks 0 (0 waiting/replica vs target 5), "
+        "clamped to minReplicas 1"
+    )
     up, _ = decide(svc, low(tokens_per_s=None, waiting=100.0), st, 5.0)
     assert up.desired == 16 and not up.fresh
+    assert up.reason == (
+        "scale up 8->16: queue asks 20 (12.5 waiting/replica vs target 5), clamped to "
+        "maxReplicas 16"
+    )
 
 
 # --- HPA tolerance -------------------------------------------------------------------
