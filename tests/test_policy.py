@@ -496,6 +496,31 @@ def test_scale_down_window_and_steps(
     assert got == expected
 
 
+def test_the_scale_down_window_and_step_say_where_they_are() -> None:
+    svc = make_svc(
+        scale_down={"stabilizationSeconds": 300, "maxStepReplicas": 1, "stepSeconds": 60}
+    )
+    st = settled_at(svc, 8, now=0.0)
+    kv = "kv-cache asks 2 (0.2 KV usage vs target 0.8)"
+    want = {
+        5.0: (8, f"hold 8: every signal below 8 for 0 s of 300 s stabilization; {kv}"),
+        301.0: (8, f"hold 8: every signal below 8 for 296 s of 300 s stabilization; {kv}"),
+        330.0: (
+            7,
+            f"scale down 8->7: every signal below 8 for 325 s; {kv}; highest in window 2, "
+            "step <= 1",
+        ),
+        362.0: (
+            7,
+            "hold 7: next scale-down step in 28 s; kv-cache asks 2 (0.23 KV usage vs target 0.8)",
+        ),
+    }
+    for t, (desired, reason) in want.items():
+        ready = st.desired or 0
+        d, st = decide(svc, low(ready=ready, kv_usage_mean=1.6 / ready), st, t)
+        assert (d.desired, d.decided_by, d.reason) == (desired, "stabilization", reason)
+
+
 def test_a_hold_for_the_window_does_not_restart_the_step_timer() -> None:
     """Stepped 4 -> 3 at t=105; an ask of 3 (from t=100) stays in the 100-s window until
     t=200 and holds 3. That hold is not a step: at t=201 the window asks 2 and the last step
@@ -1272,6 +1297,7 @@ def test_a_queue_threshold_below_one_reads_the_queue_even_at_max() -> None:
     svc = make_svc(thresholds={"waitingPerReplica": 0.5, "runningPerReplica": 8}, maxReplicas=4)
     d, _ = decide(svc, make_load(ready=4, waiting=4.0, running=20.0), settled_at(svc, 4), 5.0)
     assert d.desired == 4 and d.queue_note == ""
+    assert [v.signal for v in d.signals][:1] == ["queue"]  # a threshold below one is on
 
 
 def test_the_staircase_descent_carries_the_queue_note_all_the_way() -> None:
