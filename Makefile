@@ -12,7 +12,7 @@ help:
 	@echo "make run    - simulated pool + the real scaler on loopback (no cluster needed)"
 	@echo "make test   - install everything tests need (venv, helm, vLLM CPU) and run them"
 	@echo "make fuzz   - the property tests and fuzzers at FUZZ_SCALE (30) times their examples, at random (~20 min)"
-	@echo "make mutate - mutation testing of scaler/core with mutmut (ARGS='scaler.core.ramp*' for one module; a full run takes tens of minutes); survivors listed at the end"
+	@echo "make mutate - mutation testing of scaler/core with mutmut (ARGS='scaler.core.ramp*' for one module: 5-60 min; the whole core, ~5,500 mutants, takes hours); survivors listed at the end"
 	@echo "make lint   - ruff + mypy (package, tests, bench, tools, cluster scripts) + import contracts"
 	@echo "make proto  - regenerate gRPC stubs from protos/externalscaler.proto"
 	@echo "make bench  - parse speed, 500-target scrape cycle, 1-day pool simulation (bench/results/)"
